@@ -1,0 +1,1 @@
+"""Loop Lab autograder: release, grade and hand out the notebooks (instructor only)."""

@@ -1,0 +1,1 @@
+"""Loop Lab reference implementation: data, model, the training loop, checkpoints, plots and checks."""

@@ -29,6 +29,13 @@ BEST_NAME = "best.pt"
 # --- RNG state -------------------------------------------------------------------------------------------------------
 
 
+def set_seed(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA) at once: a run is reproducible only if every RNG is seeded."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
 def capture_rng_state() -> dict:
     """Every RNG a training step may draw from, as tensors and plain values (so ``weights_only`` loading works)."""
     np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
@@ -169,7 +176,7 @@ def save_checkpoint(path, *, model, optimizer, scheduler=None, scaler=None, step
         "scaler": scaler.state_dict() if scaler is not None else None,
         "step": int(step),
         "rng": capture_rng_state(),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),
         "num_threads": torch.get_num_threads(),
         **extra,
     }

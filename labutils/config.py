@@ -7,40 +7,46 @@ checkpoint. Unknown overrides raise, so a typo (``max_nrom=1``) never silently f
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, field
 
 SCHEDULES = ("constant", "onecycle", "warmup_cosine")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
 
 
+def knob(default, help: str):
+    """A config field whose help text is kept with it: the CLI's --help and describe() read it from here."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class LabConfig:
     # data
-    batch_size: int = 128  # physical batch: what one forward pass sees
-    subset: int | None = None  # use only the first N training images (smoke runs); validation shrinks alike
-    seed: int = 0  # one seed drives the split, the data order and the weights
+    batch_size: int = knob(128, "physical batch: what one forward pass sees")
+    subset: int | None = knob(None, "use only the first N training images (smoke runs); validation shrinks alike")
+    seed: int = knob(0, "one seed drives the split, the data order and the weights")
     # model
-    dropout: float = 0.0  # >0 makes forgetting model.eval() visible
-    batchnorm: bool = False  # the BatchNorm variant of SmallCNN
+    dropout: float = knob(0.0, ">0 makes forgetting model.eval() visible")
+    batchnorm: bool = knob(False, "the BatchNorm variant of SmallCNN")
     # optimisation
-    epochs: int = 5
-    lr: float = 1e-3  # peak LR for the schedules, the constant LR otherwise
-    weight_decay: float = 0.01  # AdamW's default
-    no_decay_bias_norm: bool = False  # parameter groups: no weight decay on biases and norm parameters
-    schedule: str = "constant"  # one of SCHEDULES, stepped once per optimizer step
-    warmup_steps: int = 100  # linear warmup length for warmup_cosine
-    max_norm: float | None = None  # global-norm clipping threshold; None logs the norm but never clips
-    accum_steps: int = 1  # micro-batches per optimizer step (virtual batch = batch_size * accum_steps)
-    amp: str = "off"  # one of AMP_MODES; auto = bf16 on CPU, fp16 + GradScaler on CUDA
-    device: str = "cpu"
+    epochs: int = knob(5, "passes over the training split")
+    lr: float = knob(1e-3, "peak LR for the schedules, the constant LR otherwise")
+    weight_decay: float = knob(0.01, "AdamW's default")
+    no_decay_bias_norm: bool = knob(False, "parameter groups: no weight decay on biases and norm parameters")
+    schedule: str = knob("constant", "constant | onecycle | warmup_cosine, stepped once per optimizer step")
+    warmup_steps: int = knob(100, "linear warmup length for warmup_cosine")
+    max_norm: float | None = knob(None, "global-norm clipping threshold; None logs the norm but never clips")
+    accum_steps: int = knob(1, "micro-batches per optimizer step (virtual batch = batch_size * accum_steps)")
+    amp: str = knob("off", "off | auto | bf16 | fp16; auto = bf16 on CPU, fp16 + GradScaler on CUDA")
+    device: str = knob("cpu", "cpu, cuda, cuda:1, mps ...")
     # checkpoints and logs
-    ckpt_dir: str | None = None  # where last-/best- checkpoints go; None disables checkpointing
-    save_every: int = 100  # optimizer steps between "last" checkpoints
-    keep_last: int = 3  # rotation: how many "last" checkpoints to keep
-    log_path: str | None = None  # per-step log, .csv or .jsonl
-    resume: bool = False  # continue from the newest valid checkpoint in ckpt_dir
-    crash_at_step: int | None = None  # simulate a crash: os._exit(1) right after this optimizer step
-    progress: bool | None = None  # tqdm bars; None = only when stderr is a terminal
+    ckpt_dir: str | None = knob(None, "where last-/best- checkpoints go; None disables checkpointing")
+    save_every: int = knob(100, "optimizer steps between \"last\" checkpoints")
+    keep_last: int = knob(3, "rotation: how many \"last\" checkpoints to keep")
+    log_path: str | None = knob(None, "per-step log, .csv or .jsonl")
+    resume: bool = knob(False, "continue from the newest valid checkpoint in ckpt_dir")
+    crash_at_step: int | None = knob(None, "simulate a crash: os._exit(1) right after this optimizer step")
+    progress: bool | None = knob(None, "tqdm bars; None = only when stderr is a terminal")
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -59,7 +65,9 @@ class LabConfig:
         """A copy with ``overrides`` applied; unknown keys raise with the list of valid ones."""
         unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
         if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}: valid keys are {', '.join(self.keys())}")
+            hints = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k, self.keys(), 1)) else k
+                     for k in unknown]
+            raise ValueError(f"unknown config key(s): {', '.join(hints)}. Valid keys: {', '.join(self.keys())}")
         return dataclasses.replace(self, **overrides)
 
     @classmethod

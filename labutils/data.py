@@ -200,7 +200,10 @@ def _batch_as_is(batch):
 def make_loader(images, labels, batch_size: int, seed: int = 0, shuffle: bool = True) -> DataLoader:
     """A standard DataLoader over in-memory images with a resumable :class:`EpochBatchSampler`."""
     sampler = EpochBatchSampler(len(labels), batch_size, seed=seed, shuffle=shuffle)
-    return DataLoader(ImageBatches(images, labels), batch_sampler=sampler, collate_fn=_batch_as_is)
+    # A private generator: otherwise every iter(loader) draws a worker base seed from the *global* RNG, so a run
+    # resumed mid-epoch (one extra iter) would see different dropout masks than the run that never stopped.
+    return DataLoader(ImageBatches(images, labels), batch_sampler=sampler, collate_fn=_batch_as_is,
+                      generator=torch.Generator().manual_seed(seed))
 
 
 def set_position(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:

@@ -1,0 +1,133 @@
+"""``python -m labutils``: train, crash-resume, lab and data.
+
+Every ``train`` flag is generated from :class:`~labutils.config.LabConfig`, so the CLI, the config printed at the
+start of a run and the config stored in each checkpoint can never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from .config import LabConfig
+
+_CONVERTERS = {"int": int, "float": float, "str": str}
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(LabConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = f.type.replace(" | None", "")
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default!r})"
+        if kind == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+        else:
+            parser.add_argument(flag, type=_optional(_CONVERTERS[kind]), default=f.default, help=help_text,
+                                metavar=kind.upper())
+
+
+def _optional(convert):
+    """Accept ``none`` for the optional knobs (``--max-norm none`` turns clipping off)."""
+
+    def parse(text: str):
+        return None if text.lower() == "none" else convert(text)
+
+    parse.__name__ = convert.__name__  # argparse names the type in its error messages
+    return parse
+
+
+def _config_from(args: argparse.Namespace) -> LabConfig:
+    return LabConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LabConfig)})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m labutils", description="Loop Lab reference training loop")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train SmallCNN on FashionMNIST with the reference loop")
+    _add_config_flags(train)
+
+    crash = commands.add_parser("crash-resume", help="crash a run with os._exit(1), resume it, compare with a "
+                                                     "run that never stopped")
+    crash.add_argument("--out", required=True, help="folder for logs, checkpoints and resume_curve.png")
+    crash.add_argument("--subset", type=int, default=None, help="training images to use (default: all)")
+    crash.add_argument("--epochs", type=int, default=3)
+    crash.add_argument("--crash-at-step", type=int, default=None,
+                       help="default: the middle of the last epoch, between two checkpoints")
+    crash.add_argument("--save-every", type=int, default=None, help="default: about 4 checkpoints per epoch")
+    crash.add_argument("--seed", type=int, default=0)
+
+    lab = commands.add_parser("lab", help="run the whole reference pipeline, stage by stage, into --out")
+    lab.add_argument("--out", default="artifacts")
+    lab.add_argument("--subset", type=int, default=None, help="smoke run on N training images")
+    lab.add_argument("--epochs", type=int, default=5)
+
+    commands.add_parser("data", help="make sure FashionMNIST is present (and say where it came from)")
+    return parser
+
+
+def _run_train(args) -> int:
+    from .loop import fit, summarize
+
+    cfg = _config_from(args)
+    print("effective config:\n" + cfg.describe(), flush=True)
+    result = fit(cfg)
+    print("summary:\n" + summarize(result))
+    return 0
+
+
+def _run_crash_resume(args) -> int:
+    from .data import load_splits
+    from .optim import steps_per_epoch
+    from .resume import crash_and_resume
+
+    cfg = LabConfig(subset=args.subset, epochs=args.epochs, seed=args.seed, dropout=0.1,
+                    schedule="onecycle", lr=3e-3, max_norm=1.0)
+    n_train = len(load_splits(args.subset).train[1])
+    per_epoch = steps_per_epoch(-(-n_train // cfg.batch_size), cfg.accum_steps)
+    save_every = args.save_every or max(per_epoch // 4, 1)
+    crash_at = args.crash_at_step or (cfg.epochs - 1) * per_epoch + per_epoch // 2 + max(save_every // 2, 1)
+    if not 0 < crash_at < cfg.epochs * per_epoch:
+        sys.exit(f"--crash-at-step must be between 1 and {cfg.epochs * per_epoch - 1} (the run's last step)")
+    cfg = cfg.replace(save_every=save_every)
+    print("effective config:\n" + cfg.describe(), flush=True)
+    report = crash_and_resume(cfg, args.out, crash_at)
+    print(f"crashed after step {report.crash_step}, resumed from the checkpoint at step {report.resume_step}")
+    print(f"merged log: {report.merged_log}\nresume curve: {report.curve}")
+    resumed_right = report.resume_step == report.expected_resume_step
+    if not resumed_right:
+        print(f"error: expected to resume from step {report.expected_resume_step}, the last checkpoint before the "
+              "crash")
+    for where in report.differences:
+        print(f"differs: {where}")
+    print(f"bit-identical: {str(report.bit_identical).lower()}")
+    return 0 if report.bit_identical and resumed_right else 1
+
+
+def _run_lab(args) -> int:
+    from .pipeline import run_pipeline
+
+    run_pipeline(args.out, subset=args.subset, epochs=args.epochs)
+    return 0
+
+
+def _run_data(args) -> int:
+    from .data import DataMissingError, ensure_data
+
+    try:
+        print(f"FashionMNIST ready (from {ensure_data()})")
+    except DataMissingError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"train": _run_train, "crash-resume": _run_crash_resume, "lab": _run_lab, "data": _run_data}
+    try:
+        return handlers[args.command](args)
+    except ValueError as exc:  # bad config values: one clear line, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,44 +1,158 @@
 """Hidden tests: the instructor-only side of every graded test cell.
 
-A hidden test cell in a notebook only calls ``verify("01_baseline", "train_one_epoch")``. The logic lives here, in the
-autograder package installed in the grading environment, never in the assignment folder (nbgrader copies every file
-of the source folder into the student release).
+A hidden test cell only calls ``verify("01_baseline", "train_one_epoch")``; the logic lives here, in the autograder
+package installed where grading runs, never in the assignment folder (nbgrader copies every file of the source
+folder into the student release).
+
+Two ways it runs:
+
+- Inside a notebook (an instructor executing ``solutions/``, or a plain ``nbgrader autograde``): the check runs right
+  there on the notebook's function. Quick, but it trusts the kernel.
+- Under ``python -m autograder grade`` (``LOOPLAB_HIDDEN_TESTS=external`` in the kernel): the call here only notes
+  that the grader will decide. The grader re-runs the check outside the student's kernel, in a fresh process that
+  re-executes only the notebook's non-test cells on pristine imports and restores torch/labutils before the check
+  (:mod:`autograder.recheck`); a student who monkeypatches the checks, labutils or torch in the notebook gains nothing.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
+from dataclasses import dataclass
 
-# (notebook id, function name) -> (labutils.checks function, its extra arguments, the other names it needs)
-CHECKS: dict[tuple[str, str], tuple[str, tuple, tuple[str, ...]]] = {
-    ("00_data_tour", "normalize_images"): ("check_normalize", (), ()),
-    ("01_baseline", "train_one_epoch"): ("check_train_one_epoch", ("baseline",), ()),
-    ("01_baseline", "evaluate"): ("check_evaluate", (), ()),
-    ("02_scheduler", "train_one_epoch"): ("check_train_one_epoch", ("scheduler",), ()),
-    ("03_clipping", "train_one_epoch"): ("check_train_one_epoch", ("clipping",), ()),
-    ("04_accumulation", "train_one_epoch"): ("check_train_one_epoch", ("accumulation",), ()),
-    ("05_amp", "train_one_epoch"): ("check_train_one_epoch", ("amp",), ()),
-    ("06_checkpointing", "save_checkpoint"): ("check_checkpoint", (), ("load_checkpoint",)),
-    ("07_crash_resume", "train_resumable"): ("check_resume", (), ()),
-    ("08_stretch", "param_groups"): ("check_param_groups", (), ()),
+EXTERNAL_ENV = "LOOPLAB_HIDDEN_TESTS"
+
+
+@dataclass(frozen=True)
+class Contract:
+    check: str  # the labutils.checks function
+    extra: tuple = ()  # its arguments after the student's function(s)
+    signatures: tuple[str, ...] = ()  # the required call shape of each function, as in docs/exercises.md
+
+
+_TRAIN = "train_one_epoch"
+CONTRACTS: dict[tuple[str, str], Contract] = {
+    ("00_data_tour", "normalize_images"): Contract("check_normalize", (), ("normalize_images(images)",)),
+    ("01_baseline", _TRAIN): Contract(
+        "check_train_one_epoch", ("baseline",), ("train_one_epoch(model, loader, optimizer, device)",)
+    ),
+    ("01_baseline", "evaluate"): Contract("check_evaluate", (), ("evaluate(model, loader, device)",)),
+    ("02_scheduler", _TRAIN): Contract(
+        "check_train_one_epoch", ("scheduler",), ("train_one_epoch(model, loader, optimizer, scheduler, device)",)
+    ),
+    ("03_clipping", _TRAIN): Contract(
+        "check_train_one_epoch",
+        ("clipping",),
+        ("train_one_epoch(model, loader, optimizer, scheduler, max_norm, device)",),
+    ),
+    ("04_accumulation", _TRAIN): Contract(
+        "check_train_one_epoch",
+        ("accumulation",),
+        ("train_one_epoch(model, loader, optimizer, scheduler, max_norm, accum_steps, device)",),
+    ),
+    ("05_amp", _TRAIN): Contract(
+        "check_train_one_epoch",
+        ("amp",),
+        ("train_one_epoch(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device)",),
+    ),
+    ("06_checkpointing", "save_checkpoint"): Contract(
+        "check_checkpoint",
+        (),
+        (
+            "save_checkpoint(path, model, optimizer, scheduler, scaler, step)",
+            "load_checkpoint(path, model, optimizer, scheduler, scaler)",
+        ),
+    ),
+    ("07_crash_resume", "train_resumable"): Contract(
+        "check_resume",
+        (),
+        (
+            "train_resumable(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, "
+            "on_step=None)",
+        ),
+    ),
+    ("08_stretch", "param_groups"): Contract("check_param_groups", (), ("param_groups(model, weight_decay)",)),
 }
 
 
-def verify(notebook_id: str, function_name: str) -> None:
-    """Run the hidden check of ``function_name`` from the calling notebook; AssertionError with the verdict on failure."""
-    key = (notebook_id, function_name)
-    if key not in CHECKS:
-        raise ValueError(f"no hidden check for {function_name!r} in notebook {notebook_id!r}: known are {sorted(CHECKS)}")
-    check_name, extra, companions = CHECKS[key]
-    namespace = sys._getframe(1).f_globals
-    fns = []
-    for name in (function_name, *companions):
-        fn = namespace.get(name)
-        if not callable(fn):
-            raise AssertionError(f"{name} is not defined: run the cell that defines {name}() and keep its name")
-        fns.append(fn)
-    from labutils import checks
+def contract(notebook_id: str, function_name: str) -> Contract:
+    try:
+        return CONTRACTS[(notebook_id, function_name)]
+    except KeyError:
+        raise ValueError(
+            f"no hidden test for {function_name!r} in notebook {notebook_id!r}; known: {sorted(CONTRACTS)}"
+        ) from None
 
-    report = getattr(checks, check_name)(*fns, *extra)
-    if not report.passed:
-        raise AssertionError(str(report))
+
+def _parse_signature(text: str) -> tuple[str, list[str], list[str]]:
+    name, params = text.split("(", 1)
+    names = [p.strip() for p in params.rstrip(")").split(",") if p.strip()]
+    required = [p for p in names if "=" not in p]
+    optional = [p.split("=")[0] for p in names if "=" in p]
+    return name, required, optional
+
+
+def signature_problem(fn, expected: str) -> str | None:
+    """Why ``fn`` cannot be called the way the contract calls it, or None."""
+    name, required, optional = _parse_signature(expected)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin or C function: let the check call it
+    try:
+        sig.bind(*required, **{p: None for p in optional})
+    except TypeError as exc:
+        return f"{name} has the wrong signature: it is {name}{sig}, the contract is {expected} ({exc})"
+    return None
+
+
+def find_functions(notebook_id: str, function_name: str, namespace: dict) -> tuple[list, str | None]:
+    """The contract's functions from ``namespace``, or the reason they cannot be checked."""
+    spec = contract(notebook_id, function_name)
+    fns = []
+    for expected in spec.signatures:
+        name = expected.split("(", 1)[0]
+        fn = namespace.get(name)
+        if fn is None:
+            return [], (
+                f"{name} is not defined: the cell that defines {name}() must run without errors and keep the name "
+                f"{name} (contract: {expected})"
+            )
+        if not callable(fn):
+            return [], f"{name} is a {type(fn).__name__}, not a function (contract: {expected})"
+        problem = signature_problem(fn, expected)
+        if problem:
+            return [], problem
+        fns.append(fn)
+    return fns, None
+
+
+def run_check(notebook_id: str, function_name: str, namespace: dict, checks_module=None) -> tuple[bool, str]:
+    """(passed, verdict text) of the hidden test of ``function_name`` on the functions found in ``namespace``."""
+    spec = contract(notebook_id, function_name)
+    fns, problem = find_functions(notebook_id, function_name, namespace)
+    if problem:
+        return False, problem
+    if checks_module is None:
+        from labutils import checks as checks_module
+    try:
+        report = getattr(checks_module, spec.check)(*fns, *spec.extra)
+    except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
+        return False, f"{function_name} could not be checked: {type(exc).__name__}: {exc}"
+    passed = getattr(report, "passed", None)
+    if passed is not True:  # only the real boolean counts (a student-made object is never "truthy enough")
+        return False, str(report)
+    return True, str(report)
+
+
+def verify(notebook_id: str, function_name: str) -> None:
+    """Hidden test of ``function_name`` in the calling notebook; raises AssertionError with the verdict on failure."""
+    contract(notebook_id, function_name)  # unknown ids fail loudly, in any mode
+    if os.environ.get(EXTERNAL_ENV) == "external":
+        print(f"Hidden test of {function_name}: run by the grader outside this notebook.")
+        return
+    namespace = sys._getframe(1).f_globals
+    passed, message = run_check(notebook_id, function_name, namespace)
+    if not passed:
+        raise AssertionError(message)

@@ -1,0 +1,355 @@
+"""Record what a training loop does, in order, without changing a single number it computes.
+
+The checks in :mod:`labutils.checks` need to know what happened inside a student's loop: when the gradients were
+cleared, which batch each forward saw and in which mode, when backward added to ``.grad``, what the gradients were at
+the moment of ``optimizer.step()``. Reading the source would reject correct loops written differently, so instead a
+:class:`Tracer` watches the objects the loop is handed:
+
+- only hooks and per-instance wrappers (a forward pre-hook, tensor hooks on the parameters, optimizer step hooks,
+  ``model.train`` / ``zero_grad`` / ``scheduler.step`` / scaler methods replaced on the instance), so how the student
+  imported or spelled anything does not matter;
+- clearing is observed on the gradients themselves (a parameter hook sees ``.grad`` just before backward adds to it),
+  so ``optimizer.zero_grad()``, ``model.zero_grad()``, ``set_to_none=False`` and ``p.grad = None`` all count;
+- clipping is seen inside ``torch.nn.utils.clip_grad``, the module that ``clip_grad_norm_`` looks its helpers up in at
+  call time, so ``torch.nn.utils.clip_grad_norm_``, ``nn.utils.clip_grad_norm_`` and ``from torch.nn.utils import
+  clip_grad_norm_`` look the same;
+- the hooks only read and copy, and everything is put back on exit: parameters come out bit-identical.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.utils.clip_grad as clip_grad_module
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+class ReferenceCalled(BaseException):
+    """Raised when graded code calls the lab's reference implementation. A BaseException, so that a student's
+    ``except Exception`` cannot swallow it."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+@dataclass
+class Event:
+    """One thing the loop did. ``info`` holds small plain values shown to students; ``data`` holds the tensors the
+    checks need (the forward's input, the gradients and parameters at step time)."""
+
+    kind: str
+    step: int  # optimizer steps completed before this event
+    info: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict, repr=False)
+
+    def describe(self) -> str:
+        i, kind = self.info, self.kind
+        if kind == "mode":
+            return "model.train()" if i["training"] else "model.eval()"
+        if kind == "zero_grad":
+            return f"{i['by']}()" + ("" if i["set_to_none"] else "  (set_to_none=False)")
+        if kind == "forward":
+            where = f"batch {i['batch']}" if "batch" in i else f"{i['n']} samples"
+            grad = "grad on" if i["grad"] else ("inference_mode" if i["inference"] else "no_grad")
+            amp = f", autocast {_DTYPE_NAMES.get(i['autocast'], i['autocast'])}" if i["autocast"] else ""
+            return f"forward {where}  ({'train' if i['training'] else 'eval'} mode, {grad}{amp})"
+        if kind == "backward":
+            return "loss.backward()  " + ("(.grad was empty)" if i["fresh"] else "(added to .grad already there)")
+        if kind == "scale":
+            return f"scaler.scale(loss)  (scale {i['scale']:g})"
+        if kind == "unscale":
+            return "scaler.unscale_(optimizer)" + ("  [inside scaler.step]" if i["inside_step"] else "")
+        if kind == "clip":
+            after = f" -> {i['norm_after']:.4g}" if "norm_after" in i else ""
+            return f"clip_grad_norm_  norm {i['norm_before']:.4g}{after}  (max_norm {i['max_norm']:g})"
+        if kind == "step":
+            inside = "  [inside scaler.step]" if i["via_scaler"] else ""
+            return f"optimizer.step() #{i['number']}  (lr {i['lr'][0]:.4g}, grad norm {i['grad_norm']:.4g}){inside}"
+        if kind == "scheduler":
+            return f"scheduler.step()  (lr {i['lr_before'][0]:.4g} -> {i.get('lr_after', ['?'])[0]:.4g})"
+        if kind in ("scaler_step", "scaler_update"):
+            return {"scaler_step": "scaler.step(optimizer)", "scaler_update": "scaler.update()"}[kind]
+        if kind == "save":
+            return f"torch.save(..., {_short(i['target'])})"
+        if kind == "load":
+            return f"torch.load({_short(i['target'])})"
+        if kind == "replace":
+            return f"{i['fn']}({_short(i['src'])}, {_short(i['dst'])})"
+        if kind == "reference":
+            return f"called {i['name']}  (the lab's reference implementation)"
+        return f"{kind} {i}"
+
+
+def _short(target) -> str:
+    return "<open file>" if target is None else Path(target).name
+
+
+def global_norm(grads) -> float:
+    """The L2 norm of all gradients taken together, as ``clip_grad_norm_`` computes it (None entries skipped)."""
+    norms = [torch.linalg.vector_norm(g.detach().float()) for g in grads if g is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+def format_events(events: list[Event], start: int = 0, stop: int | None = None) -> list[str]:
+    """Numbered one-line descriptions (numbers are positions in the whole trace, from 1)."""
+    stop = len(events) if stop is None else stop
+    return [f"{n + 1:3d}. {events[n].describe()}" for n in range(start, stop)]
+
+
+class Tracer:
+    """Context manager that records an ordered list of :class:`Event` while a loop runs on the objects given.
+
+    Any of ``model``, ``optimizer``, ``scheduler``, ``scaler`` may be None. ``files=True`` also records
+    ``torch.save`` / ``torch.load`` / ``os.replace`` / ``os.rename`` (these are module functions, so they are patched
+    for the duration), and after each of them whether the paths in ``watch`` exist. ``forbidden`` names functions
+    as ``"module:attr"``: calling one, by any reference, raises :class:`ReferenceCalled`.
+    """
+
+    def __init__(self, model=None, optimizer=None, scheduler=None, scaler=None, *, files: bool = False,
+                 watch=(), forbidden=()):
+        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
+        self.params = [p for p in model.parameters() if p.requires_grad] if model is not None else []
+        self.files, self.watch, self.forbidden = files, [Path(w) for w in watch], tuple(forbidden)
+        self.events: list[Event] = []
+        self.steps = 0  # optimizer steps completed
+        self._undo: list = []
+        self._backward: Event | None = None  # the backward pass being recorded, if any
+        self._seen: set[int] = set()  # parameters that already got their gradient in that pass
+        self._raw: dict[int, torch.Tensor] = {}  # each parameter's .grad right after its latest backward
+        self._in_scaler_step = False
+        self._codes: dict = {}  # code object -> name of a forbidden function
+
+    # --- recording ---------------------------------------------------------------------------------------------------
+
+    def record(self, kind: str, info: dict | None = None, data: dict | None = None) -> Event:
+        self._backward = None  # any other event ends the backward pass being recorded
+        event = Event(kind, self.steps, info or {}, data or {})
+        self.events.append(event)
+        return event
+
+    def _check_forbidden(self) -> None:
+        """Walk up the stack: is the lab's reference implementation doing this work (however it was imported)?"""
+        if not self._codes:
+            return
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = self._codes.get(frame.f_code)
+            if name is not None:
+                self.record("reference", {"name": name})
+                raise ReferenceCalled(name)
+            frame = frame.f_back
+
+    # --- model -------------------------------------------------------------------------------------------------------
+
+    def _on_forward(self, module, args):
+        self._check_forbidden()
+        x = args[0] if args else None
+        device_type = x.device.type if isinstance(x, torch.Tensor) else "cpu"
+        autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+        self.record("forward", {"training": module.training, "grad": torch.is_grad_enabled(),
+                                "inference": torch.is_inference_mode_enabled(), "autocast": autocast,
+                                "n": len(x) if isinstance(x, torch.Tensor) and x.ndim else 0}, {"x": x})
+
+    def _on_grad(self, index: int, grad):
+        """Runs when backward has computed this parameter's gradient, just before adding it to ``.grad``."""
+        if self._backward is None or index in self._seen:
+            self._backward = self.record("backward", {"fresh": True})
+            self._seen = set()
+        backward = self._backward
+        self._seen.add(index)
+        current = self.params[index].grad
+        if backward.info["fresh"] and current is not None and bool(current.any()):
+            backward.info["fresh"] = False  # something was left in .grad: this backward accumulates onto it
+
+    def _train(self, original):
+        def train(mode=True):  # model.eval() calls self.train(False), so this sees both
+            self.record("mode", {"training": bool(mode)})
+            return original(mode)
+
+        return train
+
+    def _after_accumulate(self, index: int, param) -> None:
+        self._raw[index] = param.grad.detach().clone()  # before any unscale_/clip touches it in place
+
+    # --- optimizer ---------------------------------------------------------------------------------------------------
+
+    def _before_step(self, optimizer, args, kwargs):
+        self._check_forbidden()
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+        self.record("step", {"number": self.steps + 1, "lr": [g["lr"] for g in optimizer.param_groups],
+                             "via_scaler": self._in_scaler_step, "grad_norm": global_norm(grads)},
+                    {"grads": grads, "params": [p.detach().clone() for p in self.params], "raw": dict(self._raw)})
+
+    def _after_step(self, optimizer, args, kwargs):
+        self.steps += 1
+
+    def _zero_grad(self, original, who: str):
+        def zero_grad(*args, **kwargs):
+            set_to_none = kwargs.get("set_to_none", args[0] if args else True)
+            self.record("zero_grad", {"by": who, "set_to_none": bool(set_to_none)})
+            return original(*args, **kwargs)
+
+        return zero_grad
+
+    # --- scheduler and scaler ----------------------------------------------------------------------------------------
+
+    def _scheduler_step(self, original):
+        def lrs():
+            return [g["lr"] for g in self.scheduler.optimizer.param_groups]
+
+        def step(*args, **kwargs):
+            event = self.record("scheduler", {"lr_before": lrs()})
+            out = original(*args, **kwargs)
+            event.info["lr_after"] = lrs()
+            return out
+
+        return step
+
+    def _scaler_methods(self) -> dict:
+        scaler = self.scaler
+
+        def scale(original):
+            def wrapped(outputs):
+                self.record("scale", {"scale": scaler.get_scale()})
+                return original(outputs)
+            return wrapped
+
+        def unscale_(original):
+            def wrapped(optimizer):
+                self.record("unscale", {"inside_step": self._in_scaler_step})
+                return original(optimizer)
+            return wrapped
+
+        def step(original):
+            def wrapped(optimizer, *args, **kwargs):
+                self.record("scaler_step")
+                self._in_scaler_step = True  # the optimizer.step() it makes is marked as going through the scaler
+                try:
+                    return original(optimizer, *args, **kwargs)
+                finally:
+                    self._in_scaler_step = False
+            return wrapped
+
+        def update(original):
+            def wrapped(*args, **kwargs):
+                self.record("scaler_update")
+                return original(*args, **kwargs)
+            return wrapped
+
+        return {"scale": scale, "unscale_": unscale_, "step": step, "update": update}
+
+    # --- module functions: clipping and files ------------------------------------------------------------------------
+
+    def _clip_with_norm(self, original):
+        def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            event = self.record("clip", {"norm_before": float(total_norm), "max_norm": float(max_norm)})
+            out = original(params, max_norm, total_norm, foreach)
+            event.info["norm_after"] = global_norm([p.grad for p in params])
+            return out
+
+        return clip_grads_with_norm_
+
+    def _exists(self) -> dict:
+        return {str(path): path.exists() for path in self.watch}
+
+    def _file_op(self, original, kind: str, fn_name: str):
+        def target_of(f):
+            if isinstance(f, (str, os.PathLike)):
+                return os.fspath(f)
+            name = getattr(f, "name", None)  # an open file: its path, unless it came from os.fdopen
+            return name if isinstance(name, str) else None
+
+        def wrapped(*args, **kwargs):
+            self._check_forbidden()
+            if kind == "replace":
+                info = {"fn": fn_name, "src": os.fspath(args[0]), "dst": os.fspath(args[1])}
+            else:
+                f = args[1] if kind == "save" else (args[0] if args else kwargs.get("f"))
+                info = {"target": target_of(f)}
+            event = self.record(kind, info)
+            out = original(*args, **kwargs)
+            event.info["exists"] = self._exists()
+            return out
+
+        return wrapped
+
+    # --- install and restore -----------------------------------------------------------------------------------------
+
+    def _set_attr(self, obj, name: str, value) -> None:
+        """Replace ``obj.name`` (an instance or a module attribute); the original comes back on exit."""
+        had, previous = name in vars(obj), vars(obj).get(name)
+        setattr(obj, name, value)
+        self._undo.append(lambda: setattr(obj, name, previous) if had else delattr(obj, name))
+
+    def _forbid(self, spec: str) -> None:
+        module_name, attr = spec.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # written concurrently by another part of the lab: nothing to forbid yet
+            return
+        fn = getattr(module, attr, None)
+        if fn is None:
+            return
+        name = f"{module_name}.{attr}"
+        self._codes[getattr(inspect.unwrap(fn), "__code__", None)] = name
+
+        def forbidden(*args, **kwargs):
+            self.record("reference", {"name": name})
+            raise ReferenceCalled(name)
+
+        self._set_attr(module, attr, forbidden)
+
+    def __enter__(self) -> "Tracer":
+        try:
+            self._install()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _install(self) -> None:
+        for spec in self.forbidden:
+            self._forbid(spec)
+        self._codes.pop(None, None)
+        handles = []
+        model, optimizer = self.model, self.optimizer
+        if model is not None:
+            handles.append(model.register_forward_pre_hook(self._on_forward))
+            for i, p in enumerate(self.params):
+                handles.append(p.register_hook(functools.partial(self._on_grad, i)))
+                handles.append(p.register_post_accumulate_grad_hook(functools.partial(self._after_accumulate, i)))
+            self._set_attr(model, "train", self._train(model.train))
+            self._set_attr(model, "zero_grad", self._zero_grad(model.zero_grad, "model.zero_grad"))
+        if optimizer is not None:
+            handles.append(optimizer.register_step_pre_hook(self._before_step))
+            handles.append(optimizer.register_step_post_hook(self._after_step))
+            self._set_attr(optimizer, "zero_grad", self._zero_grad(optimizer.zero_grad, "optimizer.zero_grad"))
+        if self.scheduler is not None:
+            self._set_attr(self.scheduler, "step", self._scheduler_step(self.scheduler.step))
+        if self.scaler is not None:
+            for name, make in self._scaler_methods().items():
+                self._set_attr(self.scaler, name, make(getattr(self.scaler, name)))
+        if hasattr(clip_grad_module, "_clip_grads_with_norm_"):  # torch >= 2.6; older: clipping is judged by values
+            self._set_attr(clip_grad_module, "_clip_grads_with_norm_",
+                           self._clip_with_norm(clip_grad_module._clip_grads_with_norm_))
+        if self.files:
+            self._set_attr(torch, "save", self._file_op(torch.save, "save", "torch.save"))
+            self._set_attr(torch, "load", self._file_op(torch.load, "load", "torch.load"))
+            self._set_attr(os, "replace", self._file_op(os.replace, "replace", "os.replace"))
+            self._set_attr(os, "rename", self._file_op(os.rename, "replace", "os.rename"))
+        self._undo.extend(h.remove for h in handles)
+
+    def __exit__(self, *exc) -> None:
+        while self._undo:
+            self._undo.pop()()
+        self._backward = None

@@ -1,0 +1,98 @@
+"""FashionMNIST loading: the split, the normalisation, the resumable order and the missing-data message."""
+
+import gzip
+import shutil
+
+import pytest
+import torch
+
+from labutils import data
+
+
+def test_split_is_80_20_and_independent_of_the_run_seed():
+    splits = data.load_splits()
+    n_train, n_val = len(splits.train[1]), len(splits.val[1])
+    assert (n_train, n_val) == (48_000, 12_000)
+    assert len(splits.test[1]) == 10_000
+    again = data.load_splits()
+    assert torch.equal(splits.val[0], again.val[0])  # fixed split seed: every run validates on the same images
+
+
+def test_subset_keeps_the_80_20_proportion():
+    splits = data.load_splits(subset=800)
+    assert (len(splits.train[1]), len(splits.val[1])) == (800, 200)
+
+
+def test_normalisation_gives_zero_mean_unit_std_on_the_training_split():
+    images = data.load_splits().train[0]
+    x = data.normalize(images)
+    assert x.shape == (48_000, 1, 28, 28) and x.dtype == torch.float32
+    assert abs(x.mean().item()) < 0.01 and abs(x.std().item() - 1) < 0.01
+
+
+def test_batch_order_is_a_pure_function_of_seed_and_epoch():
+    sampler = data.EpochBatchSampler(100, 16, seed=3)
+    sampler.set_epoch(2)
+    first = list(sampler)
+    sampler.set_epoch(2)
+    assert list(sampler) == first
+    sampler.set_epoch(3)
+    assert list(sampler) != first
+    sampler.set_epoch(2, start_batch=4)
+    assert list(sampler) == first[4:]  # resuming skips exactly the batches already seen
+    assert sorted(i for b in first for i in b) == list(range(100))
+    assert [len(b) for b in first] == [16] * 6 + [4]  # the smaller last batch is kept
+
+
+def test_iterating_a_loader_leaves_the_global_rng_alone():
+    loader = data.make_loader(torch.zeros(10, 28, 28, dtype=torch.uint8), torch.arange(10), batch_size=4)
+    before = torch.get_rng_state()
+    x, y = next(iter(loader))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert x.shape == (4, 1, 28, 28) and y.shape == (4,)
+
+
+def test_set_position_rejects_a_batch_outside_the_epoch():
+    loader = data.make_loader(torch.zeros(10, 28, 28, dtype=torch.uint8), torch.arange(10), batch_size=4)
+    with pytest.raises(ValueError, match="outside this epoch's 3 batches"):
+        data.set_position(loader, 0, start_batch=4)
+
+
+def test_lab_data_dir_points_at_any_copy(tmp_path, monkeypatch):
+    source = data.find_raw_dir()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in data.RAW_FILES:  # uncompressed copies are accepted as well as the .gz originals
+        src = source / name
+        if src.exists():
+            with gzip.open(src) as fin, open(copy / name[:-3], "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+        else:
+            shutil.copyfile(source / name[:-3], copy / name[:-3])
+    monkeypatch.setenv("LAB_DATA_DIR", str(copy))
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    assert data.find_raw_dir() == copy
+    data.load_raw.cache_clear()
+    try:
+        images, labels = data.load_raw(train=False)
+        assert images.shape == (10_000, 28, 28) and labels.max() == 9
+    finally:
+        data.load_raw.cache_clear()
+
+
+def test_missing_data_names_the_three_fixes(tmp_path, monkeypatch):
+    from torchvision.datasets import FashionMNIST
+
+    monkeypatch.setenv("LAB_DATA_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "no-debian-package")
+
+    def offline(self):
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")  # what torchvision says offline
+
+    monkeypatch.setattr(FashionMNIST, "download", offline)
+    with pytest.raises(data.DataMissingError) as err:
+        data.ensure_data()
+    message = str(err.value)
+    assert "LAB_DATA_DIR" in message and "apt-get install -y dataset-fashion-mnist" in message
+    assert "download" in message and "Traceback" not in message

@@ -291,6 +291,13 @@ class Tracer:
         setattr(obj, name, value)
         self._undo.append(lambda: setattr(obj, name, previous) if had else delattr(obj, name))
 
+    def _swap_class(self, obj, name: str, method) -> None:
+        """Override ``obj.name`` through a one-off subclass instead of an instance attribute: an LR scheduler's
+        state_dict() is its whole ``__dict__``, so an instance attribute would end up in the student's checkpoint."""
+        original_class = obj.__class__
+        obj.__class__ = type(original_class.__name__, (original_class,), {name: lambda _self, *a, **k: method(*a, **k)})
+        self._undo.append(lambda: setattr(obj, "__class__", original_class))
+
     def _forbid(self, spec: str) -> None:
         module_name, attr = spec.split(":")
         try:
@@ -335,7 +342,7 @@ class Tracer:
             handles.append(optimizer.register_step_post_hook(self._after_step))
             self._set_attr(optimizer, "zero_grad", self._zero_grad(optimizer.zero_grad, "optimizer.zero_grad"))
         if self.scheduler is not None:
-            self._set_attr(self.scheduler, "step", self._scheduler_step(self.scheduler.step))
+            self._swap_class(self.scheduler, "step", self._scheduler_step(self.scheduler.step))
         if self.scaler is not None:
             for name, make in self._scaler_methods().items():
                 self._set_attr(self.scaler, name, make(getattr(self.scaler, name)))

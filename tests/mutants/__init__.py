@@ -1,0 +1,208 @@
+"""The mutation corpus: correct variants every check must pass, buggy ones each check must catch, and why.
+
+``VARIANTS`` lists ``Variant(name, exercise, function, expected_check, expected_message)``; for a correct variant the
+last two are None. ``function`` is the graded function, or for "checkpoint" the pair (save, load). ``source(variant)``
+gives notebook-ready source with the contract's names (``def train_one_epoch(...)``), and ``run_check(variant)`` runs
+the labutils check the autograder runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import NamedTuple
+
+from labutils import checks
+
+from . import buggy as b
+from . import correct as c
+
+# exercise -> the contract's function name(s), in the order check_* takes them
+CONTRACT_NAMES = {
+    "normalize": ("normalize_images",),
+    "baseline": ("train_one_epoch",),
+    "scheduler": ("train_one_epoch",),
+    "clipping": ("train_one_epoch",),
+    "accumulation": ("train_one_epoch",),
+    "amp": ("train_one_epoch",),
+    "evaluate": ("evaluate",),
+    "checkpoint": ("save_checkpoint", "load_checkpoint"),
+    "resume": ("train_resumable",),
+    "param_groups": ("param_groups",),
+}
+
+
+class Variant(NamedTuple):
+    name: str
+    exercise: str
+    function: object  # a function, or (save, load) for "checkpoint"
+    expected_check: str | None = None  # None: a correct variant, must pass every check
+    expected_message: str | None = None  # a piece of the failure message
+
+    @property
+    def functions(self) -> tuple:
+        return self.function if isinstance(self.function, tuple) else (self.function,)
+
+    @property
+    def correct(self) -> bool:
+        return self.expected_check is None
+
+
+CORRECT = [
+    Variant("normalize_canonical", "normalize", c.normalize_canonical),
+    Variant("normalize_indexing", "normalize", c.normalize_indexing),
+    Variant("baseline_canonical", "baseline", c.baseline_canonical),
+    Variant("baseline_zero_after_step", "baseline", c.baseline_zero_after_step),
+    Variant("baseline_while_iter", "baseline", c.baseline_while_iter),
+    Variant("baseline_manual_clear", "baseline", c.baseline_manual_clear),
+    Variant("evaluate_canonical", "evaluate", c.evaluate_canonical),
+    Variant("evaluate_inference_mode", "evaluate", c.evaluate_inference_mode),
+    Variant("scheduler_canonical", "scheduler", c.scheduler_canonical),
+    Variant("scheduler_zero_after_step", "scheduler", c.scheduler_zero_after_step),
+    Variant("clipping_canonical", "clipping", c.clipping_canonical),
+    Variant("clipping_nn_utils", "clipping", c.clipping_nn_utils),
+    Variant("clipping_imported", "clipping", c.clipping_imported),
+    Variant("accumulation_canonical", "accumulation", c.accumulation_canonical),
+    Variant("accumulation_exact_trailing", "accumulation", c.accumulation_exact_trailing),
+    Variant("accumulation_groups", "accumulation", c.accumulation_groups),
+    Variant("amp_canonical", "amp", c.amp_canonical),
+    Variant("amp_flags", "amp", c.amp_flags),
+    Variant("checkpoint_canonical", "checkpoint", (c.save_canonical, c.load_canonical)),
+    Variant("checkpoint_nested", "checkpoint", (c.save_nested, c.load_nested)),
+    Variant("resume_canonical", "resume", c.resume_canonical),
+    Variant("resume_while", "resume", c.resume_while),
+    Variant("param_groups_canonical", "param_groups", c.param_groups_canonical),
+    Variant("param_groups_by_module", "param_groups", c.param_groups_by_module),
+]
+
+BUGGY = [
+    # 00
+    Variant("normalize_no_255", "normalize", b.normalize_no_255, "values", "not divided by 255"),
+    Variant("normalize_no_channel", "normalize", b.normalize_no_channel, "return_value", ".unsqueeze(1)"),
+    # 01 train_one_epoch
+    Variant("no_zero_grad", "baseline", b.no_zero_grad, "zero_grad", "still in .grad from step 1"),
+    Variant("zero_grad_before_step", "baseline", b.zero_grad_before_step, "zero_grad",
+            "ran between loss.backward() and optimizer.step() at step 1"),
+    Variant("step_before_backward", "baseline", b.step_before_backward, "order",
+            "optimizer.step() ran before loss.backward() at step 1"),
+    Variant("softmax_before_cross_entropy", "baseline", b.softmax_before_cross_entropy, "softmax",
+            "cross-entropy on softmax probabilities"),
+    Variant("no_train_mode", "baseline", b.no_train_mode, "train_mode", "Call model.train()"),
+    Variant("loss_per_batch", "baseline", b.loss_per_batch, "per_sample", "average of the per-batch losses"),
+    Variant("returns_tensor", "baseline", b.returns_tensor, "return_value", "is a tensor"),
+    Variant("forward_under_no_grad", "baseline", b.forward_under_no_grad, "grad_enabled", "under torch.no_grad()"),
+    Variant("skips_last_batch", "baseline", b.skips_last_batch, "batches", "batch 5 of 5 was never trained on"),
+    Variant("missing_device", "baseline", b.missing_device, "signature", "is missing device"),
+    Variant("typo_backwards", "baseline", b.typo_backwards, "exception", "AttributeError at line 7 of train_one_epoch (`loss.backwards()`)"),
+    Variant("uses_reference_loop", "baseline", b.uses_reference_loop, "uses_reference",
+            "labutils.loop.train_one_epoch"),
+    # 01 evaluate
+    Variant("evaluate_no_eval", "evaluate", b.evaluate_no_eval, "eval_mode", "Call model.eval()"),
+    Variant("evaluate_no_no_grad", "evaluate", b.evaluate_no_no_grad, "no_grad", "torch.no_grad()"),
+    Variant("evaluate_not_restored", "evaluate", b.evaluate_not_restored, "restore_mode", "left the model in eval mode"),
+    Variant("evaluate_per_batch", "evaluate", b.evaluate_per_batch, "per_sample", "average of the per-batch means"),
+    Variant("evaluate_percentage", "evaluate", b.evaluate_percentage, "return_value", "percentage"),
+    # 02
+    Variant("scheduler_before_optimizer", "scheduler", b.scheduler_before_optimizer, "scheduler",
+            "scheduler.step() ran before optimizer.step() at step 1"),
+    Variant("scheduler_per_epoch", "scheduler", b.scheduler_per_epoch, "scheduler", "stepped per epoch"),
+    # 03
+    Variant("clip_before_backward", "clipping", b.clip_before_backward, "clip",
+            "clip_grad_norm_ ran before loss.backward() at step 1"),
+    Variant("clip_after_step", "clipping", b.clip_after_step, "clip",
+            "clip_grad_norm_ ran after optimizer.step() at step 1"),
+    Variant("no_clipping", "clipping", b.no_clipping, "clip", "clip_grad_norm_ was never called"),
+    Variant("logs_post_clip_norm", "clipping", b.logs_post_clip_norm, "norms", "the norm after clipping"),
+    Variant("norms_as_tensors", "clipping", b.norms_as_tensors, "return_value", "norm 1 of the returned list is a "
+                                                                                "tensor"),
+    Variant("clipping_missing_max_norm", "clipping", b.clipping_missing_max_norm, "signature", "is missing max_norm"),
+    # 04
+    Variant("scheduler_per_micro_batch", "accumulation", b.scheduler_per_micro_batch, "scheduler",
+            "once per micro-batch"),
+    Variant("loss_not_divided", "accumulation", b.loss_not_divided, "accumulation",
+            "the loss was not divided by accum_steps"),
+    Variant("steps_every_micro_batch", "accumulation", b.steps_every_micro_batch, "accumulation",
+            "optimizer.step() ran after every micro-batch"),
+    Variant("drops_trailing_group", "accumulation", b.drops_trailing_group, "accumulation",
+            "the trailing partial group was dropped"),
+    Variant("zero_grad_every_micro_batch", "accumulation", b.zero_grad_every_micro_batch, "accumulation",
+            "cleared before micro-batch 2 of step 1"),
+    Variant("reports_scaled_loss", "accumulation", b.reports_scaled_loss, "mean_loss", "divided by accum_steps"),
+    # 05
+    Variant("clip_before_unscale", "amp", b.clip_before_unscale, "unscale",
+            "clip_grad_norm_ ran before scaler.unscale_(optimizer) at step 1"),
+    Variant("optimizer_step_with_scaler", "amp", b.optimizer_step_with_scaler, "scaler_step",
+            "optimizer.step() was called directly at step 1"),
+    Variant("no_scaler_update", "amp", b.no_scaler_update, "scaler_update",
+            "scaler.update() did not run after scaler.step() at step 1"),
+    Variant("no_autocast", "amp", b.no_autocast, "autocast", "without torch.autocast"),
+    Variant("backward_without_scale", "amp", b.backward_without_scale, "scale", "scaler.scale(loss).backward()"),
+    # 06
+    Variant("checkpoint_in_place", "checkpoint", (b.save_in_place, c.load_canonical), "atomic",
+            "torch.save wrote straight to step-000003.pt"),
+    Variant("checkpoint_no_optimizer", "checkpoint", (b.save_no_optimizer, b.load_no_optimizer), "contents",
+            "missing the optimizer state"),
+    Variant("checkpoint_no_scheduler", "checkpoint", (b.save_no_scheduler, b.load_no_scheduler), "contents",
+            "missing the scheduler state"),
+    Variant("checkpoint_no_scaler", "checkpoint", (b.save_no_scaler, b.load_no_scaler), "contents",
+            "missing the GradScaler state"),
+    Variant("checkpoint_no_rng", "checkpoint", (b.save_no_rng, b.load_no_rng), "contents", "missing the RNG state"),
+    Variant("checkpoint_load_forgets_scheduler", "checkpoint", (c.save_canonical, b.load_forgets_scheduler),
+            "restore", "scheduler.load_state_dict"),
+    Variant("checkpoint_pickles_model", "checkpoint", (b.save_pickles_objects, c.load_canonical), "loadable",
+            "weights_only=True"),
+    Variant("checkpoint_scaler_required", "checkpoint", (b.save_scaler_required, c.load_canonical), "scaler_none",
+            "with scaler=None"),
+    Variant("checkpoint_load_returns_dict", "checkpoint", (c.save_canonical, b.load_returns_dict), "return_value",
+            "the saved step as an int"),
+    Variant("checkpoint_uses_reference", "checkpoint", (b.save_uses_reference, c.load_canonical), "uses_reference",
+            "labutils.checkpoint.save_checkpoint"),
+    # 07
+    Variant("resume_off_by_one", "resume", b.resume_off_by_one, "resume_step", "it should continue with step 9"),
+    Variant("resume_restarts_epoch", "resume", b.resume_restarts_epoch, "exact_resume", "set_position"),
+    Variant("resume_never_loads", "resume", b.resume_never_loads, "resume_step", "started again at step 1"),
+    Variant("resume_saves_after_on_step", "resume", b.resume_saves_after_on_step, "save_every",
+            "no checkpoint step-000004.pt existed"),
+    # 08
+    Variant("param_groups_decays_biases", "param_groups", b.param_groups_decays_biases, "weight_decay",
+            "must not be decayed"),
+    Variant("param_groups_forgets_norm", "param_groups", b.param_groups_forgets_norm, "coverage", "is in no group"),
+]
+
+VARIANTS = CORRECT + BUGGY
+
+
+def run_check(variant: Variant) -> checks.CheckReport:
+    """The labutils check the autograder runs for this variant's exercise."""
+    fns = variant.functions
+    if variant.exercise in checks.TRAIN_EXERCISES:
+        return checks.check_train_one_epoch(fns[0], variant.exercise)
+    check = {"normalize": checks.check_normalize, "evaluate": checks.check_evaluate,
+             "checkpoint": checks.check_checkpoint, "resume": checks.check_resume,
+             "param_groups": checks.check_param_groups}[variant.exercise]
+    return check(*fns)
+
+
+def source(variant: Variant) -> str:
+    """Notebook-ready source of the variant: each function renamed to the contract's name."""
+    parts = []
+    for fn, name in zip(variant.functions, CONTRACT_NAMES[variant.exercise]):
+        text = inspect.getsource(fn)
+        parts.append(re.sub(rf"^def {fn.__name__}\(", f"def {name}(", text, count=1, flags=re.MULTILINE))
+    return "\n\n".join(parts)
+
+
+# the module-level imports a variant's source may rely on (a notebook cell pastes these above it)
+IMPORTS = """\
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils import clip_grad_norm_
+
+from labutils import checkpoint as lab_checkpoint
+from labutils import loop as lab_loop
+from labutils.checkpoint import capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from labutils.data import MEAN, STD, set_position
+"""

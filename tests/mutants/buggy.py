@@ -1,0 +1,874 @@
+"""Buggy versions of the lab's functions: each has one classic mistake, named in its docstring.
+
+``tests/mutants/__init__.py`` says which check each must fail and a piece of the message it must get. Each function is
+self-contained (only this module's imports), so its source can be pasted into a notebook cell under the contract's
+name.
+"""
+
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils import clip_grad_norm_
+
+from labutils import checkpoint as lab_checkpoint
+from labutils import loop as lab_loop
+from labutils.checkpoint import capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from labutils.data import MEAN, STD, set_position
+
+# --- 00 normalize_images ---------------------------------------------------------------------------------------------
+
+
+def normalize_no_255(images):
+    """Forgets to scale the pixels to [0, 1] first."""
+    return ((images.float() - MEAN) / STD).unsqueeze(1)
+
+
+def normalize_no_channel(images):
+    """Right values, but no channel dimension: (N, 28, 28)."""
+    return (images.float() / 255 - MEAN) / STD
+
+
+# --- 01 train_one_epoch ----------------------------------------------------------------------------------------------
+
+
+def no_zero_grad(model, loader, optimizer, device):
+    """Never clears the gradients: every step applies the sum of all batches so far."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def zero_grad_before_step(model, loader, optimizer, device):
+    """Clears the gradients between backward and step: the step has nothing to apply."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.zero_grad()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def step_before_backward(model, loader, optimizer, device):
+    """Steps before backward: each update uses the previous batch's gradients."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        optimizer.step()
+        loss.backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def softmax_before_cross_entropy(model, loader, optimizer, device):
+    """Applies softmax to the logits before F.cross_entropy, which applies log-softmax itself."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        probs = F.softmax(model(x), dim=1)
+        loss = F.cross_entropy(probs, y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def no_train_mode(model, loader, optimizer, device):
+    """Never calls model.train(): after an evaluation it trains in eval mode."""
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def loss_per_batch(model, loader, optimizer, device):
+    """Averages the per-batch mean losses: the small last batch counts as much as a full one."""
+    model.train()
+    losses = []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return sum(losses) / len(losses)
+
+
+def returns_tensor(model, loader, optimizer, device):
+    """Sums loss tensors instead of floats: returns a tensor (and keeps every graph alive)."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total = total + loss * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def forward_under_no_grad(model, loader, optimizer, device):
+    """Runs the training forward inside torch.no_grad(): backward has no graph."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.no_grad():
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def skips_last_batch(model, loader, optimizer, device):
+    """Stops before the last (smaller) batch."""
+    model.train()
+    total, seen = 0.0, 0
+    for i, (x, y) in enumerate(loader):
+        if i == len(loader) - 1:
+            break
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def missing_device(model, loader, optimizer):
+    """Leaves out the device parameter of the contract."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def typo_backwards(model, loader, optimizer, device):
+    """Calls loss.backwards(): an AttributeError."""
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backwards()
+        optimizer.step()
+    return 0.0
+
+
+def uses_reference_loop(model, loader, optimizer, device):
+    """Hands the work to the lab's reference loop."""
+    return lab_loop.train_one_epoch(model, loader, optimizer, None, device=device)
+
+
+# --- 01 evaluate -----------------------------------------------------------------------------------------------------
+
+
+def evaluate_no_eval(model, loader, device):
+    """Forgets model.eval(): dropout keeps dropping."""
+    total_loss, correct, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            total_loss += F.cross_entropy(logits, y.to(device), reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y.to(device)).sum().item()
+            seen += len(y)
+    return total_loss / seen, correct / seen
+
+
+def evaluate_no_no_grad(model, loader, device):
+    """Forgets torch.no_grad(): every batch builds a graph."""
+    model.eval()
+    total_loss, correct, seen = 0.0, 0, 0
+    for x, y in loader:
+        logits = model(x.to(device))
+        total_loss += F.cross_entropy(logits, y.to(device), reduction="sum").item()
+        correct += (logits.argmax(dim=1) == y.to(device)).sum().item()
+        seen += len(y)
+    model.train()
+    return total_loss / seen, correct / seen
+
+
+def evaluate_not_restored(model, loader, device):
+    """Leaves the model in eval mode."""
+    model.eval()
+    total_loss, correct, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            total_loss += F.cross_entropy(logits, y.to(device), reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y.to(device)).sum().item()
+            seen += len(y)
+    return total_loss / seen, correct / seen
+
+
+def evaluate_per_batch(model, loader, device):
+    """Averages per-batch means: the small last batch counts as much as a full one."""
+    model.eval()
+    losses, accs = [], []
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            losses.append(F.cross_entropy(logits, y.to(device)).item())
+            accs.append((logits.argmax(dim=1) == y.to(device)).float().mean().item())
+    model.train()
+    return sum(losses) / len(losses), sum(accs) / len(accs)
+
+
+def evaluate_percentage(model, loader, device):
+    """Returns the accuracy in percent."""
+    model.eval()
+    total_loss, correct, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            total_loss += F.cross_entropy(logits, y.to(device), reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y.to(device)).sum().item()
+            seen += len(y)
+    model.train()
+    return total_loss / seen, 100.0 * correct / seen
+
+
+# --- 02 scheduler ----------------------------------------------------------------------------------------------------
+
+
+def scheduler_before_optimizer(model, loader, optimizer, scheduler, device):
+    """Steps the scheduler before the optimizer: every step uses the next step's learning rate."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        scheduler.step()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def scheduler_per_epoch(model, loader, optimizer, scheduler, device):
+    """Steps the scheduler once per epoch, after the loop."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    scheduler.step()
+    return total / seen
+
+
+# --- 03 clipping -----------------------------------------------------------------------------------------------------
+
+
+def clip_before_backward(model, loader, optimizer, scheduler, max_norm, device):
+    """Clips before backward, when there is nothing to clip yet."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        norm = clip_grad_norm_(model.parameters(), max_norm)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def clip_after_step(model, loader, optimizer, scheduler, max_norm, device):
+    """Clips after the step: the update already used the unclipped gradients."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def no_clipping(model, loader, optimizer, scheduler, max_norm, device):
+    """Measures the norm but never clips."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        norms.append(torch.norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def logs_post_clip_norm(model, loader, optimizer, scheduler, max_norm, device):
+    """Logs the norm after clipping instead of the value clip_grad_norm_ returns."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        clip_grad_norm_(model.parameters(), max_norm)
+        norms.append(torch.norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def norms_as_tensors(model, loader, optimizer, scheduler, max_norm, device):
+    """Appends the norm tensors themselves, not floats."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        norms.append(clip_grad_norm_(model.parameters(), max_norm))
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def clipping_missing_max_norm(model, loader, optimizer, scheduler, device):
+    """The 02 signature in the 03 exercise: max_norm is missing."""
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+        scheduler.step()
+    return 0.0, []
+
+
+# --- 04 accumulation -------------------------------------------------------------------------------------------------
+
+
+def scheduler_per_micro_batch(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Steps the scheduler after every micro-batch instead of every optimizer step."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        (loss / accum_steps).backward()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % accum_steps == 0 or i + 1 == len(loader):
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            optimizer.zero_grad()
+    return total / seen, norms
+
+
+def loss_not_divided(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Sums the micro-batch gradients without dividing the loss by accum_steps."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % accum_steps == 0 or i + 1 == len(loader):
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return total / seen, norms
+
+
+def steps_every_micro_batch(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Divides the loss but steps after every micro-batch: no accumulation at all."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        (loss / accum_steps).backward()
+        norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def drops_trailing_group(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Steps only on full windows: the trailing partial group is backpropagated and then thrown away."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        (loss / accum_steps).backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % accum_steps == 0:
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return total / seen, norms
+
+
+def zero_grad_every_micro_batch(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Clears the gradients before every micro-batch: only the last one of each window counts."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        (loss / accum_steps).backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % accum_steps == 0 or i + 1 == len(loader):
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            scheduler.step()
+    return total / seen, norms
+
+
+def reports_scaled_loss(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Returns the mean of the loss already divided by accum_steps."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x.to(device)), y.to(device)) / accum_steps
+        loss.backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % accum_steps == 0 or i + 1 == len(loader):
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return total / seen, norms
+
+
+# --- 05 amp ----------------------------------------------------------------------------------------------------------
+
+
+def clip_before_unscale(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Clips the scaled gradients, then unscales: the update comes out 65536x too small."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=amp_dtype):
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def optimizer_step_with_scaler(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Calls optimizer.step() directly although a GradScaler is in use."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=amp_dtype):
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+        else:
+            loss.backward()
+        norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+        optimizer.step()
+        if scaler is not None:
+            scaler.update()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def no_scaler_update(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Forgets scaler.update(): the scale never adapts and the second unscale_ raises."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=amp_dtype):
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            scaler.step(optimizer)
+        else:
+            loss.backward()
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def no_autocast(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Uses the scaler but never enters torch.autocast."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def backward_without_scale(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Calls loss.backward() on the unscaled loss, then unscale_ divides true gradients by the scale."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=amp_dtype):
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+# --- 06 checkpointing ------------------------------------------------------------------------------------------------
+
+
+def save_in_place(path, model, optimizer, scheduler, scaler, step):
+    """Complete, but torch.save writes straight to the final path (not atomic)."""
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None, "step": step,
+                "rng": capture_rng_state()}, path)
+
+
+def save_no_optimizer(path, model, optimizer, scheduler, scaler, step):
+    """Leaves out the optimizer state."""
+    state = {"model": model.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_no_optimizer(path, model, optimizer, scheduler, scaler):
+    """The matching load: no optimizer state to restore."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_state(state["rng"])
+    return state["step"]
+
+
+def save_no_scheduler(path, model, optimizer, scheduler, scaler, step):
+    """Leaves out the scheduler state."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_no_scheduler(path, model, optimizer, scheduler, scaler):
+    """The matching load: no scheduler state to restore."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_state(state["rng"])
+    return state["step"]
+
+
+def save_no_scaler(path, model, optimizer, scheduler, scaler, step):
+    """Leaves out the GradScaler state."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "step": step, "rng": capture_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_no_scaler(path, model, optimizer, scheduler, scaler):
+    """The matching load: no scaler state to restore."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    restore_rng_state(state["rng"])
+    return state["step"]
+
+
+def save_no_rng(path, model, optimizer, scheduler, scaler, step):
+    """Leaves out the RNG state."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_no_rng(path, model, optimizer, scheduler, scaler):
+    """The matching load: no RNG state to restore."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    return state["step"]
+
+
+def load_forgets_scheduler(path, model, optimizer, scheduler, scaler):
+    """The file is complete, but loading skips the scheduler."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_state(state["rng"])
+    return state["step"]
+
+
+def save_pickles_objects(path, model, optimizer, scheduler, scaler, step):
+    """Saves the model object itself: torch.load(weights_only=True) refuses it."""
+    state = {"model": model, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def save_scaler_required(path, model, optimizer, scheduler, scaler, step):
+    """Calls scaler.state_dict() even when scaler is None."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict(), "step": step, "rng": capture_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_returns_dict(path, model, optimizer, scheduler, scaler):
+    """Restores everything but returns the whole dict instead of the step."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_state(state["rng"])
+    return state
+
+
+def save_uses_reference(path, model, optimizer, scheduler, scaler, step):
+    """Hands the work to the lab's own save_checkpoint."""
+    lab_checkpoint.save_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                                   step=step)
+
+
+# --- 07 crash and resume ---------------------------------------------------------------------------------------------
+
+
+def resume_off_by_one(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, on_step=None):
+    """Counts the loaded step as already done once more: resumes one step too late."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"] + 1
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step)
+    return step
+
+
+def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                          on_step=None):
+    """Resumes at the right step but starts the epoch from its first batch again."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step)
+            if step == epochs * per_epoch:
+                return step
+    return step
+
+
+def resume_never_loads(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, on_step=None):
+    """Saves checkpoints but never looks for one: every run starts from scratch."""
+    step = 0
+    model.train()
+    for epoch in range(epochs):
+        set_position(train_loader, epoch, 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step)
+    return step
+
+
+def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Calls on_step before saving: a crash in on_step loses the checkpoint of that step."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if on_step is not None:
+                on_step(step)
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+    return step
+
+
+# --- 08 param_groups -------------------------------------------------------------------------------------------------
+
+
+def param_groups_decays_biases(model, weight_decay):
+    """Decays everything except BatchNorm: biases get weight decay too."""
+    norm = [p for m in model.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()]
+    ids = {id(p) for p in norm}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return [{"params": rest, "weight_decay": weight_decay}, {"params": norm, "weight_decay": 0.0}]
+
+
+def param_groups_forgets_norm(model, weight_decay):
+    """Only conv and linear layers: the BatchNorm parameters are in no group (they would never train)."""
+    decay, no_decay = [], []
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            decay.append(m.weight)
+            if m.bias is not None:
+                no_decay.append(m.bias)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -1,0 +1,91 @@
+"""python -m autograder: release the notebooks, grade a folder of submissions, build the student handout.
+
+Exit status: 0 when everything asked for was done (for ``grade``: every submission graded), 1 when a run finished but
+is incomplete, 2 for a usage error (a missing folder, a bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .handout import REPO_ROOT
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the Loop Lab repository (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("release", help="regenerate notebooks/ (the student version) from solutions/")
+
+    g = sub.add_parser("grade", help="autograde submissions into a gradebook, grades.csv, feedback and a summary")
+    g.add_argument("submissions", type=Path, help="folder with one sub-folder per student (or nbgrader's "
+                   "submitted/<student>/loop_lab/), or a single .ipynb for one student")
+    g.add_argument("--out", type=Path, required=True, help="where grades.csv, <student>.json, feedback/ and "
+                   "summary.md/.png go")
+    g.add_argument("-j", "--jobs", type=_positive(int), default=2, help="notebooks graded at once (default: 2)")
+    g.add_argument("--db", dest="db_url", help="gradebook SQLAlchemy URL (default: sqlite:///OUT/gradebook.db)")
+    g.add_argument("--timeout-cell", type=_positive(int), default=120, help="seconds per cell (default: 120)")
+    g.add_argument("--timeout-notebook", type=_positive(int), default=600,
+                   help="seconds per notebook, and as much again for its hidden tests (default: 600)")
+    g.add_argument("--memory-limit", type=_positive(int), default=6144,
+                   help="address-space limit per student process in MB (torch alone maps ~4 GB; default: 6144)")
+    g.add_argument("--student", help="student id when SUBMISSIONS is a single .ipynb (default: its folder's name)")
+    g.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
+    g.add_argument("--keep-work", action="store_true", help="keep the scratch folder (kernel logs) for debugging")
+
+    h = sub.add_parser("handout", help="zip what students receive: notebooks/, labutils without the reference loop")
+    h.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. dist/loop_lab.zip")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "release":
+        from .release import release
+
+        paths = release(args.root)
+        for path in paths:
+            print(path)
+        print(f"released {len(paths)} notebook(s)", file=sys.stderr)
+        return 0
+    if args.command == "handout":
+        from .handout import build_handout
+
+        try:
+            names = build_handout(args.out, args.root)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
+        return 0
+    from .grade import GradeOptions, grade
+    from .submissions import SubmissionsError
+
+    if args.memory_limit < 3000:
+        print(f"error: --memory-limit {args.memory_limit} MB is too small: importing torch alone maps ~4 GB of "
+              "address space", file=sys.stderr)
+        return 2
+    options = GradeOptions(jobs=args.jobs, db_url=args.db_url, cell_timeout=args.timeout_cell,
+                           notebook_timeout=args.timeout_notebook, memory_mb=args.memory_limit,
+                           student=args.student, source=args.source, keep_work=args.keep_work)
+    try:
+        result = grade(args.submissions, args.out, options, root=args.root)
+    except (SubmissionsError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result.complete else 1

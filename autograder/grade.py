@@ -1,0 +1,404 @@
+"""``python -m autograder grade``: from a folder of submissions to a gradebook, grades, feedback and a summary.
+
+1. ``nbgrader generate_assignment`` on ``solutions/loop_lab`` (in a scratch course) gives the gradebook every
+   submission is graded against: test cells, their points and the instructor's source of every locked cell.
+2. Each (student, notebook) is one task; ``-j`` worker processes (:mod:`autograder.worker`) take tasks longest-first,
+   each in its own course folder with its own copy of that gradebook.
+3. The parent alone writes the real gradebook (SQLite by default, any SQLAlchemy URL), then the reports
+   (:mod:`autograder.report`).
+
+A task that hangs past every limit has its worker killed and restarted; the student gets zero for that notebook with
+the reason, the others are still graded, and the exit status says the run is incomplete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import report
+from .handout import REPO_ROOT
+from .submissions import ASSIGNMENT, Submission, discover
+
+# Rough relative cost of grading each notebook, so the slowest start first (measured; unknown ones count 1).
+NOTEBOOK_COST = {"07_crash_resume": 3.0, "06_checkpointing": 2.0, "05_amp": 2.0, "04_accumulation": 1.5,
+                 "03_clipping": 1.5, "02_scheduler": 1.5, "01_baseline": 1.5, "08_stretch": 1.0, "00_data_tour": 1.0}
+
+
+@dataclass
+class GradeOptions:
+    jobs: int = 2
+    db_url: str | None = None  # default: sqlite:///OUT/gradebook.db
+    cell_timeout: int = 120
+    notebook_timeout: int = 600
+    memory_mb: int = 6144
+    student: str | None = None  # the student id when SUBMISSIONS is a single .ipynb
+    source: Path | None = None  # the assignment's source folder; default solutions/loop_lab
+    keep_work: bool = False
+    threads: int | None = None  # torch threads per kernel; default cores // jobs
+
+
+@dataclass
+class TaskOutcome:
+    student: str
+    notebook: str
+    status: str  # graded | missing | unreadable | error
+    tests: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    feedback: str | None = None
+
+
+@dataclass
+class RunResult:
+    out: Path
+    students: list[str]
+    notebooks: list[str]
+    outcomes: dict[tuple[str, str], TaskOutcome]
+    student_notes: dict[str, list[str]]
+    complete: bool
+    problems: list[str]
+    seconds: float
+
+
+def ensure_tools_on_path() -> None:
+    """nbgrader runs the ``alembic`` command for its database: make this interpreter's bin folder findable."""
+    bin_dir = os.path.dirname(sys.executable)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+
+
+def fast_alembic_version() -> None:
+    """nbgrader stamps every new gradebook by running the ``alembic heads`` command (~8 s); ask alembic in-process."""
+    import nbgrader
+    import nbgrader.api
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    if getattr(nbgrader.api.get_alembic_version, "looplab", False):
+        return
+    cfg = Config()
+    cfg.set_main_option("script_location", os.path.join(os.path.dirname(nbgrader.__file__), "alembic"))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+
+    def get_alembic_version() -> str:
+        return head
+
+    get_alembic_version.looplab = True
+    nbgrader.api.get_alembic_version = get_alembic_version
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- the instructor's gradebook ------------------------------------------------------------------------------------------
+
+
+def generate_assignment(source: Path, course: Path, db_url: str) -> list[str]:
+    """Run nbgrader generate_assignment on a copy of ``source``; returns the notebook ids in the gradebook."""
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    notebooks = sorted(source.glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"no notebooks in {source}: the solutions are the source of the gradebook")
+    src = course / "source" / ASSIGNMENT
+    if not src.exists():
+        src.mkdir(parents=True)
+        for nb in notebooks:
+            shutil.copyfile(nb, src / nb.name)
+    c = Config()
+    c.CourseDirectory.root = str(course)
+    c.CourseDirectory.db_url = db_url
+    c.CourseDirectory.assignment_id = ASSIGNMENT
+    c.GenerateAssignment.force = True
+    converter = GenerateAssignment(coursedir=CourseDirectory(config=c), config=c)
+    converter.force = True
+    converter.start()
+    with Gradebook(db_url) as gb:
+        return sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
+
+
+def fingerprint(paths: list[Path]) -> str:
+    """A hash of every file's path, size, mtime and content under ``paths``: grading must leave it unchanged."""
+    h = hashlib.sha256()
+    for root in paths:
+        if not root.exists():
+            continue
+        for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if path.is_file() and "__pycache__" not in path.parts:
+                st = path.stat()
+                h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}|".encode())
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+# --- the worker pool -------------------------------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, index: int, cfg: dict, log_dir: Path):
+        self.index = index
+        self.log = open(log_dir / f"worker-{index}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autograder.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.log, start_new_session=True, cwd=str(log_dir),
+        )
+        self.proc.stdin.write((json.dumps(cfg) + "\n").encode())
+        self.proc.stdin.flush()
+        self.ready = False
+        self.task: dict | None = None
+        self.started = 0.0
+        self.buffer = b""
+
+    def send(self, task: dict) -> None:
+        self.task, self.started = task, time.monotonic()
+        self.proc.stdin.write((json.dumps(task) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read_lines(self) -> list[dict] | None:
+        """Complete JSON lines available now; None when the worker has exited."""
+        chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker, its zygote and every kernel below
+        except OSError:
+            pass
+        self.proc.wait()
+        self.log.close()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+def _order(tasks: list[dict]) -> list[dict]:
+    """Longest first (LPT): the last task to start should be a short one."""
+    return sorted(tasks, key=lambda t: (-NOTEBOOK_COST.get(t["notebook"], 1.0), t["student"], t["notebook"]))
+
+
+def run_pool(tasks: list[dict], cfg: dict, jobs: int, work: Path, hard_limit: float,
+             on_result) -> None:
+    pending = deque(_order(tasks))
+    workers: list[Worker] = []
+    sel = selectors.DefaultSelector()
+
+    def spawn(i: int) -> Worker:
+        w = Worker(i, cfg, work)
+        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+        return w
+
+    def retire(w: Worker, reason: str | None) -> None:
+        sel.unregister(w.proc.stdout)
+        if w.task is not None:
+            on_result({"id": w.task["id"], "student": w.task["student"], "notebook": w.task["notebook"],
+                       "status": "error", "error": reason, "notes": []}, time.monotonic() - w.started)
+            w.task = None
+        w.kill()
+
+    for i in range(max(1, min(jobs, len(pending)))):
+        workers.append(spawn(i))
+    try:
+        while pending or any(w.task for w in workers):
+            for w in workers:
+                if w.ready and w.task is None and pending:
+                    w.send(pending.popleft())
+            for key, _ in sel.select(timeout=1.0):
+                w = key.data
+                lines = w.read_lines()
+                if lines is None:
+                    retire(w, "the grading process exited unexpectedly (see the worker log)")
+                    workers[workers.index(w)] = spawn(w.index)
+                    continue
+                for msg in lines:
+                    if msg.get("ready"):
+                        w.ready = True
+                    elif w.task is not None:
+                        on_result(msg, time.monotonic() - w.started)
+                        w.task = None
+            now = time.monotonic()
+            for i, w in enumerate(workers):
+                if w.task is not None and now - w.started > hard_limit:
+                    retire(w, f"grading this notebook took longer than {hard_limit:.0f} s and was stopped")
+                    workers[i] = spawn(w.index)
+    finally:
+        for w in workers:
+            try:
+                sel.unregister(w.proc.stdout)
+            except (KeyError, ValueError):
+                pass
+            w.close()
+
+
+# --- the run ---------------------------------------------------------------------------------------------------------------
+
+
+def _fmt(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+
+
+def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT) -> RunResult:
+    opts = options or GradeOptions()
+    started = time.monotonic()
+    ensure_tools_on_path()
+    fast_alembic_version()
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
+    work = Path(tempfile.mkdtemp(prefix="looplab-grade-"))
+    problems: list[str] = []
+    from . import sandbox
+
+    # Landlock makes writes outside a student's folder impossible; without it, detect them afterwards.
+    protected = [] if sandbox.landlock_abi() else [source, root / "labutils", root / "autograder", root / "notebooks"]
+    before = fingerprint(protected)
+    try:
+        _stage_data()
+        template_db = work / "template" / "gradebook.db"
+        notebooks = generate_assignment(source, work / "template", f"sqlite:///{template_db}")
+        db_url = opts.db_url or f"sqlite:///{out / 'gradebook.db'}"
+        generate_assignment(source, work / "instructor", db_url)
+        subs = discover(Path(submissions), notebooks, student=opts.student)
+        log(f"grading {len(subs)} student(s) x {len(notebooks)} notebook(s) with {opts.jobs} process(es); "
+            f"gradebook {db_url}")
+        outcomes, tasks = _plan(subs, notebooks)
+        cfg = {
+            **_data_locations(),
+            "template_db": str(template_db), "work_dir": str(work), "cell_timeout": opts.cell_timeout,
+            "notebook_timeout": opts.notebook_timeout, "memory_mb": opts.memory_mb,
+            "threads": opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)),
+        }
+        progress = _Progress(subs, tasks, started)
+
+        def on_result(msg: dict, seconds: float) -> None:
+            outcome = _outcome_from(msg, seconds)
+            outcomes[(outcome.student, outcome.notebook)] = outcome
+            progress.done(outcome)
+
+        hard_limit = 2 * opts.notebook_timeout + 180  # kernel + recheck + start-up + feedback, then it is stuck
+        if tasks:
+            run_pool(tasks, cfg, opts.jobs, work, hard_limit, on_result)
+        if fingerprint(protected) != before:
+            problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
+                            "a submission may have written outside its folder; check `git status` before trusting "
+                            "these grades")
+        report.store_in_gradebook(db_url, [s.student for s in subs], notebooks, outcomes)
+        feedback_dir = out / "feedback"
+        for outcome in outcomes.values():
+            if outcome.feedback and Path(outcome.feedback).exists():
+                target = feedback_dir / outcome.student / f"{outcome.notebook}.html"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(outcome.feedback, target)
+                outcome.feedback = str(target)
+        student_notes = {s.student: s.notes for s in subs}
+        errors = [o for o in outcomes.values() if o.status == "error"]
+        for o in errors:
+            problems.append(f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}")
+        result = RunResult(out=out, students=[s.student for s in subs], notebooks=notebooks, outcomes=outcomes,
+                           student_notes=student_notes, complete=not problems, problems=problems,
+                           seconds=time.monotonic() - started)
+        report.write_all(result, db_url)
+        log(f"done in {_fmt(result.seconds)}: {len(subs)} student(s); grades in {out / 'grades.csv'}"
+            + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
+        return result
+    finally:
+        if not opts.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log(f"work folder kept: {work}")
+
+
+def _stage_data() -> None:
+    """Stage FashionMNIST before grading: the sandbox lets kernels read the cache, never write it."""
+    from labutils import data
+
+    staged = data.cache_dir() / "FashionMNIST" / "raw"
+    if all((staged / name[:-3]).exists() for name in data.RAW_FILES):
+        return
+    try:
+        data.ensure_data()
+    except Exception as exc:
+        log(f"warning: FashionMNIST is not available ({exc}); notebooks that need it will fail")
+
+
+def _data_locations() -> dict:
+    """Where kernels may read FashionMNIST from (read-only in the sandbox)."""
+    from labutils import data
+
+    dirs = [str(data.DEBIAN_DIR), str(data.cache_dir())]
+    if os.environ.get("LAB_DATA_DIR"):
+        dirs.append(os.environ["LAB_DATA_DIR"])
+    return {"data_dirs": dirs, "cache_dir": str(data.cache_dir())}
+
+
+def _plan(subs: list[Submission], notebooks: list[str]) -> tuple[dict, list[dict]]:
+    outcomes: dict[tuple[str, str], TaskOutcome] = {}
+    tasks = []
+    for sub in subs:
+        for nb in notebooks:
+            if nb in sub.notebooks:
+                tasks.append({"id": f"{sub.student}--{nb}", "student": sub.student, "notebook": nb,
+                              "path": str(sub.notebooks[nb]), "extra_files": sub.extra_files})
+            elif nb in sub.unreadable:
+                outcomes[(sub.student, nb)] = TaskOutcome(sub.student, nb, "unreadable",
+                                                          notes=[f"{sub.unreadable[nb]}: scored 0, not run"])
+            else:
+                outcomes[(sub.student, nb)] = TaskOutcome(sub.student, nb, "missing",
+                                                          notes=[f"{nb}.ipynb was not submitted: scored 0"])
+    return outcomes, tasks
+
+
+def _outcome_from(msg: dict, seconds: float) -> TaskOutcome:
+    notes = list(msg.get("notes") or [])
+    if msg.get("status") != "graded":
+        notes.append(f"could not be graded: {msg.get('error')}")
+    return TaskOutcome(student=msg["student"], notebook=msg["notebook"], status=msg.get("status", "error"),
+                       tests=msg.get("tests") or [], notes=notes, seconds=round(seconds, 1),
+                       feedback=msg.get("feedback"))
+
+
+class _Progress:
+    def __init__(self, subs: list[Submission], tasks: list[dict], started: float):
+        self.started = started
+        self.total_tasks = len(tasks)
+        self.left = {s.student: sum(1 for t in tasks if t["student"] == s.student) for s in subs}
+        self.total_students = len(subs)
+        self.done_tasks = 0
+        self.slowest: tuple[float, str] = (0.0, "")
+
+    def done(self, outcome: TaskOutcome) -> None:
+        self.done_tasks += 1
+        self.left[outcome.student] -= 1
+        name = f"{outcome.student}/{outcome.notebook}"
+        self.slowest = max(self.slowest, (outcome.seconds, name))
+        students_done = sum(1 for v in self.left.values() if v == 0)
+        score = sum(t["points"] for t in outcome.tests)
+        max_score = sum(t["max_points"] for t in outcome.tests)
+        status = f"{score:g}/{max_score:g}" if outcome.status == "graded" else outcome.status.upper()
+        log(f"[{students_done}/{self.total_students} students, {self.done_tasks}/{self.total_tasks} notebooks, "
+            f"{_fmt(time.monotonic() - self.started)}] {name}: {status} in {outcome.seconds:.1f} s "
+            f"(slowest: {self.slowest[1]} {self.slowest[0]:.1f} s)")

@@ -1,0 +1,98 @@
+"""The zip students receive: the released notebooks and the student-facing labutils, nothing an instructor keeps.
+
+Left out on purpose: ``solutions/`` (reference solutions and hidden tests), ``autograder/`` (hidden checks, grading),
+and the labutils modules that hold the reference training loop (``REFERENCE_MODULES``). The same list decides what a
+student's code may import while it is graded (:mod:`autograder.sandbox`), so grading sees exactly the handout.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_MODULES = ("loop", "resume", "pipeline", "cli", "__main__")  # the reference loop and its entry points
+HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
+
+README = """\
+# Loop Lab
+
+Write a PyTorch training loop you can trust, one notebook at a time, on FashionMNIST.
+
+## Set up
+
+    python -m venv .venv && . .venv/bin/activate
+    pip install -r requirements.txt
+    pip install -e .          # makes `import labutils` work from the notebooks
+
+FashionMNIST is read from `LAB_DATA_DIR`, Debian's `dataset-fashion-mnist` package, or downloaded once.
+
+## Work
+
+    jupyter lab notebooks/
+
+Do the notebooks in order (`00_data_tour` to `08_stretch`). Each exercise states its contract, then a check cell
+tells you right away whether your function meets it. Submit the notebooks you changed, keeping their file names.
+"""
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "loop-lab-student"
+version = "0.1.0"
+description = "Loop Lab: the student handout (notebooks + labutils)"
+requires-python = ">=3.10"
+dependencies = ["torch>=2.4", "torchvision", "matplotlib", "tqdm", "numpy"]
+
+[tool.setuptools.packages.find]
+include = ["labutils*"]
+"""
+
+
+def student_labutils_files(root: Path = REPO_ROOT) -> list[Path]:
+    """labutils' Python files minus the reference modules, sorted."""
+    return sorted(p for p in (root / "labutils").glob("*.py") if p.stem not in REFERENCE_MODULES)
+
+
+def handout_members(root: Path = REPO_ROOT) -> dict[str, Path | str]:
+    """Archive name -> source file (or literal text) for every member of the handout."""
+    members: dict[str, Path | str] = {}
+    notebooks = sorted((root / "notebooks").glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"no notebooks in {root / 'notebooks'}: run `python -m autograder release` first")
+    for nb in notebooks:
+        members[f"{HANDOUT_DIR}/notebooks/{nb.name}"] = nb
+    for py in student_labutils_files(root):
+        members[f"{HANDOUT_DIR}/labutils/{py.name}"] = py
+    members[f"{HANDOUT_DIR}/requirements.txt"] = student_requirements(root)
+    members[f"{HANDOUT_DIR}/pyproject.toml"] = PYPROJECT
+    members[f"{HANDOUT_DIR}/README.md"] = README
+    return members
+
+
+def student_requirements(root: Path = REPO_ROOT) -> str:
+    """The course's pinned requirements without the grading-only packages."""
+    grading_only = ("nbgrader", "sqlalchemy")
+    lines = (root / "requirements.txt").read_text().splitlines()
+    return "\n".join(line for line in lines if not line.lower().startswith(grading_only)) + "\n"
+
+
+def build_handout(out: Path, root: Path = REPO_ROOT) -> list[str]:
+    """Write the handout zip to ``out``; returns the archive names. Deterministic: fixed timestamps, sorted."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    members = handout_members(root)
+    tmp = out.with_name(out.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(members):
+            source = members[name]
+            data = source.read_bytes() if isinstance(source, Path) else source.encode()
+            info = zipfile.ZipInfo(name, date_time=(2024, 9, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    tmp.replace(out)  # a half-written zip never sits under the final name
+    return sorted(members)

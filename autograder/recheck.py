@@ -1,0 +1,172 @@
+"""Re-run a notebook's hidden tests outside the student's kernel, on pristine imports.
+
+Runs in a sandboxed fork of the zygote (:mod:`autograder.zygote`), whose modules were imported before any student
+code existed. It re-executes the notebook's code cells in order, skipping the instructor's test cells, and at each test
+cell that needs it runs the hidden check:
+
+1. the check function is the one captured at start-up (the notebook may have replaced ``labutils.checks.*``);
+2. right before the check, every attribute of torch, numpy, labutils, the checks and a few stdlib modules (and of the
+   classes they define) is put back to its start-up value, so a cell that monkeypatched them gains nothing;
+3. right after, the same attributes are compared again: a student function that patched torch or labutils while it
+   was being checked fails, with the name of what it changed.
+
+Results are written as JSON lines to a pipe the grader reads; a process that dies or hangs yields no line, which the
+grader counts as a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from types import FunctionType, ModuleType
+
+from . import hidden
+
+GUARDED_PREFIXES = ("torch", "numpy", "labutils", "autograder", "torchvision")
+GUARDED_MODULES = (
+    "builtins", "math", "random", "copy", "inspect", "functools", "itertools", "operator", "types", "collections",
+    "warnings", "contextlib", "dataclasses", "os", "posixpath", "tempfile", "pathlib", "io", "json", "pickle", "re",
+    "statistics", "time", "gc", "weakref",
+)
+_MISSING = object()
+_CONTAINERS = (dict, list, set)
+
+
+def _guarded(name: str) -> bool:
+    return name in GUARDED_MODULES or name.split(".", 1)[0] in GUARDED_PREFIXES
+
+
+class Snapshot:
+    """Identity snapshot of guarded modules' and classes' attributes (and small global registries' contents)."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, tuple[ModuleType, dict]] = {}
+        self.classes: list[tuple[type, dict]] = []
+        self.contents: list[tuple[object, object]] = []
+        for name, mod in list(sys.modules.items()):
+            if not isinstance(mod, ModuleType) or not _guarded(name):
+                continue
+            saved = dict(vars(mod))
+            self.modules[name] = (mod, saved)
+            for value in saved.values():
+                if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                    self.classes.append((value, dict(vars(value))))
+                elif type(value) in _CONTAINERS and len(value) <= 256:  # global hook registries and the like
+                    self.contents.append((value, value.copy()))
+
+    def restore(self) -> None:
+        """Put every guarded attribute back; remove attributes added to guarded classes."""
+        for name, (mod, saved) in self.modules.items():
+            if sys.modules.get(name) is not mod:
+                sys.modules[name] = mod
+            current = vars(mod)
+            for key, value in saved.items():
+                if current.get(key, _MISSING) is not value:
+                    current[key] = value
+            for key in [k for k in current if k not in saved]:
+                if not isinstance(current[key], ModuleType):
+                    del current[key]
+        for cls, saved in self.classes:
+            current = vars(cls)
+            for key, value in saved.items():
+                if current.get(key, _MISSING) is not value:
+                    try:
+                        setattr(cls, key, value)
+                    except (TypeError, AttributeError):
+                        pass
+            for key in [k for k in current if k not in saved]:
+                try:
+                    delattr(cls, key)
+                except (TypeError, AttributeError):
+                    pass
+        for container, saved in self.contents:
+            if container != saved:
+                container.clear()
+                container.update(saved) if isinstance(container, (dict, set)) else container.extend(saved)
+
+    def tampered(self) -> list[str]:
+        """Guarded functions and classes whose binding changed since the snapshot (or the last restore)."""
+        changed = []
+        for name, (mod, saved) in self.modules.items():
+            current = vars(mod)
+            for key, value in saved.items():
+                if callable(value) and current.get(key, _MISSING) is not value:
+                    changed.append(f"{name}.{key}")
+        for cls, saved in self.classes:
+            current = vars(cls)
+            for key, value in saved.items():
+                if isinstance(value, (FunctionType, property, staticmethod, classmethod)):
+                    if current.get(key, _MISSING) is not value:
+                        changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
+            for key in current:
+                if key not in saved and callable(current[key]):
+                    changed.append(f"{cls.__module__}.{cls.__qualname__}.{key} (added)")
+        return changed
+
+
+class CellTimeout(Exception):
+    """A re-executed cell ran past the per-cell limit."""
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout("cell ran past the time limit")
+
+
+def make_shell():
+    """A plain (kernel-less) IPython shell, so cells with magics run as they did in the kernel."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    return InteractiveShell.instance(config=config)
+
+
+def run(spec_path: str, out_fd: int) -> None:
+    """Execute the spec's cells, run the hidden checks at test cells, write one JSON line per check to ``out_fd``."""
+    snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
+    import labutils.checks as checks_module
+
+    checks = sys.modules["labutils.checks"]
+    assert checks is checks_module
+    out = os.fdopen(out_fd, "w", buffering=1)
+    with open(spec_path) as f:
+        spec = json.load(f)
+    shell = make_shell()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    cell_timeout = float(spec.get("cell_timeout") or 0)
+    for cell in spec["cells"]:
+        if cell.get("checks"):
+            for notebook_id, function_name in cell["checks"]:
+                started = time.monotonic()
+                snapshot.restore()
+                passed, message = hidden.run_check(notebook_id, function_name, shell.user_ns, checks)
+                changed = snapshot.tampered()
+                if changed:
+                    passed = False
+                    message = (
+                        f"{function_name} changed {', '.join(sorted(changed)[:5])} while it was being checked; "
+                        "functions that modify torch or labutils are not accepted."
+                    )
+                snapshot.restore()
+                line = {
+                    "grade_id": cell["grade_id"],
+                    "function": function_name,
+                    "passed": passed,
+                    "message": message,
+                    "seconds": round(time.monotonic() - started, 3),
+                }
+                out.write(json.dumps(line) + "\n")
+        elif cell.get("run", True):
+            if cell_timeout:
+                signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+            try:
+                shell.run_cell(cell["source"], store_history=False, silent=False)
+            except BaseException as exc:  # run_cell catches user errors; this is for a timeout outside its guard
+                print(f"recheck: cell {cell['index']} stopped: {exc!r}", file=sys.stderr)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    out.close()

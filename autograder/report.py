@@ -1,0 +1,188 @@
+"""What a grading run leaves behind: the gradebook rows, grades.csv, one JSON per student, summary.md and .png."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .submissions import ASSIGNMENT
+
+CSV_FIELDS = ("student", "notebook", "score", "max_score")
+
+
+def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
+    """Write every student's autograded scores into the gradebook; missing or ungradable notebooks score 0."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use is noisy, not wrong
+    with Gradebook(db_url) as gb:
+        for student in students:
+            gb.update_or_create_student(student)
+            gb.update_or_create_submission(ASSIGNMENT, student)
+            for nb in notebooks:
+                outcome = outcomes[(student, nb)]
+                tests = {t["name"]: t for t in outcome.tests} if outcome.status == "graded" else {}
+                submission = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                for grade in submission.grades:
+                    test = tests.get(grade.name)
+                    grade.auto_score = test["auto_score"] if test else 0.0
+                    grade.needs_manual_grade = bool(test and test["needs_manual_grade"])
+            gb.db.commit()
+
+
+def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict]:
+    """(CSV rows, {(notebook, test): max points} in cell order) read back from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    rows, test_max = [], {}
+    with Gradebook(db_url) as gb:
+        for nb in notebooks:
+            notebook = gb.find_notebook(nb, ASSIGNMENT)
+            order = [c.name for c in notebook.source_cells]
+            for cell in sorted(notebook.grade_cells, key=lambda c: order.index(c.name) if c.name in order else 0):
+                test_max[(nb, cell.name)] = float(cell.max_score)
+        for student in students:
+            for nb in notebooks:
+                sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                rows.append({"student": student, "notebook": nb, "score": _num(sub.score),
+                             "max_score": _num(sub.max_score)})
+    return rows, test_max
+
+
+def _num(x) -> float | int:
+    x = float(x or 0.0)
+    return int(x) if x.is_integer() else round(x, 4)
+
+
+def student_record(result, student: str, test_max: dict) -> dict:
+    """Everything one student gets back in machine-readable form."""
+    tests, notebooks = [], {}
+    for nb in result.notebooks:
+        outcome = result.outcomes[(student, nb)]
+        got = {t["name"]: t for t in outcome.tests} if outcome.status == "graded" else {}
+        reason = "; ".join(outcome.notes) or "not graded"
+        for (test_nb, name), max_points in test_max.items():
+            if test_nb != nb:
+                continue
+            t = got.get(name)
+            tests.append({
+                "notebook": nb,
+                "name": name,
+                "points": _num(t["points"]) if t else 0,
+                "max_points": _num(max_points),
+                "passed": bool(t and t["passed"]),
+                "message": (t["message"] if t else reason) or "",
+            })
+        nb_tests = [t for t in tests if t["notebook"] == nb]
+        notebooks[nb] = {
+            "status": outcome.status,
+            "score": _num(sum(t["points"] for t in nb_tests)),
+            "max_score": _num(sum(t["max_points"] for t in nb_tests)),
+            "seconds": outcome.seconds,
+            "notes": outcome.notes,
+            "feedback": outcome.feedback,
+        }
+    return {
+        "student": student,
+        "assignment": ASSIGNMENT,
+        "score": _num(sum(t["points"] for t in tests)),
+        "max_score": _num(sum(t["max_points"] for t in tests)),
+        "graded": all(result.outcomes[(student, nb)].status != "error" for nb in result.notebooks),
+        "notes": result.student_notes.get(student, []),
+        "notebooks": notebooks,
+        "tests": tests,
+    }
+
+
+def write_all(result, db_url: str) -> None:
+    out = result.out
+    rows, test_max = _gradebook_rows(db_url, result.students, result.notebooks)
+    with open(out / "grades.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    records = [student_record(result, s, test_max) for s in result.students]
+    for rec in records:
+        (out / f"{rec['student']}.json").write_text(json.dumps(rec, indent=1) + "\n")
+    write_summary(out, records, test_max, result)
+
+
+def _first_line(message: str, width: int = 140) -> str:
+    line = next((l.strip() for l in message.splitlines() if l.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def write_summary(out: Path, records: list[dict], test_max: dict, result) -> None:
+    totals = [r["score"] for r in records]
+    max_total = sum(test_max.values())
+    n = len(records)
+    lines = [
+        f"# Loop Lab grades: {ASSIGNMENT}",
+        "",
+        f"{n} student(s), graded {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {result.seconds:.0f} s; "
+        f"maximum {max_total:g} points.",
+        "",
+    ]
+    if not result.complete:
+        lines += ["**Incomplete run:**", *[f"- {p}" for p in result.problems], ""]
+    if totals:
+        lines += [
+            "## Score distribution",
+            "",
+            f"mean {statistics.mean(totals):.2f}, median {statistics.median(totals):g}, "
+            f"min {min(totals):g}, max {max(totals):g} (of {max_total:g})",
+            "",
+            "| score | students |",
+            "|---:|---:|",
+            *[f"| {score:g} | {count} |" for score, count in sorted(Counter(totals).items())],
+            "",
+        ]
+    lines += ["## Tests", "", "| notebook | test | points | failed | most common message |", "|---|---|---:|---:|---|"]
+    failures = {}
+    for (nb, name), max_points in test_max.items():
+        failed = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name
+                  and not t["passed"]]
+        failures[(nb, name)] = len(failed)
+        common = Counter(_first_line(t["message"]) for t in failed if t["message"]).most_common(1)
+        message = f"{common[0][0]} ({common[0][1]}x)" if common else ""
+        lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{n} | {message.replace('|', '/')} |")
+    noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
+                                          if v["status"] != "missing"]) for r in records]
+    noted = [(s, notes) for s, notes in noted if notes]
+    if noted:
+        lines += ["", "## Notes", ""]
+        for student, notes in noted:
+            lines += [f"- **{student}**: " + "; ".join(_first_line(x, 200) for x in notes)]
+    lines.append("")
+    (out / "summary.md").write_text("\n".join(lines))
+    _plot(out / "summary.png", totals, max_total, failures, n)
+
+
+def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, max(4, 0.3 * len(failures) + 1)))
+    bins = range(0, int(max_total) + 2)
+    ax1.hist(totals, bins=bins, align="left", rwidth=0.8, color="tab:blue")
+    ax1.set_xlabel(f"total score (of {max_total:g})")
+    ax1.set_ylabel("students")
+    ax1.set_title("Score distribution")
+    labels = [f"{nb}: {name}" for nb, name in failures]
+    ax2.barh(labels, list(failures.values()), color="tab:red")
+    ax2.invert_yaxis()
+    ax2.set_xlim(0, max(n, 1))
+    ax2.set_xlabel(f"students failing (of {n})")
+    ax2.set_title("Failures per test")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

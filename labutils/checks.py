@@ -267,7 +267,18 @@ def _number_problem(value, what: str) -> str | None:
     if isinstance(value, torch.Tensor):
         return (f"{what} is a tensor: return a Python float with .item() (a tensor that requires grad also keeps "
                 f"every batch's graph alive)")
-    return f"{what} is {type(value).__name__} {value!r:.60}, not a number"
+    return f"{what} is {_show(value)}, not a number"
+
+
+def _show(value) -> str:
+    """A returned value as a student recognises it: small values as they are, big ones by their type."""
+    if value is None or isinstance(value, (bool, numbers.Number, str)):
+        return repr(value)[:60]
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)) and len(value) <= 3 and all(isinstance(v, numbers.Number) for v in value):
+        return repr(value)
+    return f"a {type(value).__name__}" + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else "")
 
 
 # --- tiny data and models --------------------------------------------------------------------------------------------
@@ -515,7 +526,7 @@ class TrainView:
         if case.max_norm is not None:
             lines.append("clip_grad_norm_(model.parameters(), max_norm)")
         if case.scaler is not None:
-            lines += ["scaler.step(optimizer)", "  optimizer.step()  [inside scaler.step]", "scaler.update()"]
+            lines += ["scaler.step(optimizer)", "  optimizer.step()  via scaler.step", "scaler.update()"]
         else:
             lines.append("optimizer.step()")
         if case.scheduler is not None:
@@ -526,8 +537,9 @@ class TrainView:
         lo, hi = self.span(k)
         if mark is not None and not lo <= mark < hi:
             lo, hi = min(lo, mark), max(hi, mark + 1)
-        return _beside(self.events, lo, hi, self.expected_order(first=lo == 0), mark,
-                       f"your loop, step {k}" if k is not None else "your loop, after the last step")
+        title = f"your loop, step {k}" if k is not None else "your loop, after the last step" if self.steps else \
+            "your loop"
+        return _beside(self.events, lo, hi, self.expected_order(first=lo == 0), mark, title)
 
 
 def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, title: str, limit: int = 16) -> str:
@@ -560,8 +572,8 @@ def _st_return_value(v: TrainView):
         return [Failure("return_value", f"{problem}. train_one_epoch returns the epoch's mean training loss.")] \
             if problem else []
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        return [Failure("return_value", f"train_one_epoch returned {type(result).__name__} {result!r:.60}; the "
-                                        f"contract returns a pair: (mean loss, list of pre-clip norms).")]
+        return [Failure("return_value", f"train_one_epoch returned {_show(result)}; the contract returns a pair: "
+                                        "(mean loss, list of pre-clip norms).")]
     problem = _number_problem(result[0], "the mean loss (first returned value)")
     norms = result[1]
     if problem is None and not isinstance(norms, (list, tuple)):
@@ -951,7 +963,8 @@ def _analyse_train(report: CheckReport, fn, view: TrainView, applicable, when: s
     for failure in report.failures[before:]:
         failure.message = when + failure.message
     if view.run.error is not None:
-        error = _exception_failure("train_one_epoch", fn, view.run.error, when)
+        error = _exception_failure("train_one_epoch", fn, view.run.error)
+        error.message = when + error.message
         if len(report.failures) == before:
             report.failures.append(error)
         else:  # the root cause was found in what ran before the crash; the crash is its consequence
@@ -1030,7 +1043,7 @@ def _ev_return_value(v: EvalView):
         return None
     r = v.run.result
     if not (isinstance(r, (tuple, list)) and len(r) == 2):
-        return [Failure("return_value", f"evaluate returned {type(r).__name__} {r!r:.60}; the contract returns a pair "
+        return [Failure("return_value", f"evaluate returned {_show(r)}; the contract returns a pair "
                         "(mean loss, accuracy).")]
     problem = _number_problem(r[0], "the loss (first value)") or _number_problem(r[1], "the accuracy (second value)")
     if problem:
@@ -1200,9 +1213,8 @@ def check_param_groups(fn) -> CheckReport:
     groups = run.result
     if not (isinstance(groups, (list, tuple)) and groups and all(isinstance(g, dict) and "params" in g
                                                                  for g in groups)):
-        report.failures.append(Failure("return_value", f"param_groups returned {type(groups).__name__} "
-                                       f"{groups!r:.60}; the contract returns a list of dicts, each with a 'params' "
-                                       "list (and a 'weight_decay')."))
+        report.failures.append(Failure("return_value", f"param_groups returned {_show(groups)}; the contract returns "
+                                       "a list of dicts, each with a 'params' list (and a 'weight_decay')."))
         return report
     groups = [{**g, "params": list(g["params"])} for g in groups]  # a generator can be read only once
     seen = Counter(id(p) for g in groups for p in g["params"])
@@ -1424,7 +1436,7 @@ def _ck_return_value(c: CkptCtx):
     got = c.load.result
     if isinstance(got, numbers.Integral) and not isinstance(got, bool) and got == c.step:
         return []
-    return [Failure("return_value", f"load_checkpoint returned {got!r:.60}; the contract returns the saved step as an "
+    return [Failure("return_value", f"load_checkpoint returned {_show(got)}; the contract returns the saved step as an "
                     f"int (here {c.step}).")]
 
 
@@ -1581,8 +1593,8 @@ def _rs_on_step(c: ResumeCtx):
 def _rs_return_value(c: ResumeCtx):
     for run, when in ((c.full, ""), (c.resumed, " after resuming")):
         if run.complete and run.result != c.total:
-            return [Failure("return_value", f"train_resumable returned {run.result!r:.40}{when}; the contract returns "
-                            f"the final global step ({c.total} here).")]
+            return [Failure("return_value", f"train_resumable returned {_show(run.result)}{when}; the contract "
+                            f"returns the final global step ({c.total} here).")]
     return []
 
 
@@ -1701,23 +1713,23 @@ def show_trace(fn, exercise: str = "baseline", steps: int | None = 2) -> None:
     with _isolated():
         if exercise == "evaluate":
             view = _run_evaluate(fn)
-            events, run, title = view.run.events, view.run, "evaluate"
-            stop = len(events)
+            events, run, title, ends = view.run.events, view.run, "evaluate", []
         elif exercise in TRAIN_EXERCISES:
             view = _run_train(fn, _train_case(exercise))
             events, run, title = view.events, view.run, f"train_one_epoch ({NOTEBOOKS[exercise]})"
-            stop = view.span(min(steps, len(view.steps)))[1] if steps and view.steps else len(events)
+            ends = [view.span(k)[1] for k in range(1, len(view.steps) + 1)]  # where each step's events end
         else:
             raise ValueError(f"exercise={exercise!r} is unknown: use one of {', '.join(TRAIN_EXERCISES)}, evaluate")
-    print(f"{title} on {len(events)} events; numbered in the order they happened:")
-    for n, line in enumerate(format_events(events, 0, stop)):
-        if events[n].kind == "step" and exercise != "evaluate":
-            print(f"{line}\n     {'-' * 40}")
-        else:
-            print(line)
+    stop = ends[steps - 1] if steps and len(ends) > steps else len(events)
+    print(f"{title}: {len(events)} events on the check's tiny data, in the order they happened")
+    lines = format_events(events, 0, stop)
+    for n, line in enumerate(lines):
+        print(line)
+        if n + 1 in ends and n + 1 < len(events):
+            print(f"     {'-' * 40} end of step {ends.index(n + 1) + 1}")
     if stop < len(events):
-        print(f"     ... {len(events) - stop} more events (show_trace(fn, {exercise!r}, steps=None) shows all)")
+        print(f"     ... {len(events) - stop} more events: show_trace(fn, {exercise!r}, steps=None) shows all")
     if run.error is not None:
-        print(_exception_failure("the function", fn, run.error).message)
+        print(_exception_failure(getattr(fn, "__name__", "the function"), fn, run.error).message)
     if run.reference is not None:
         print(f"it called {run.reference}, the lab's reference implementation")

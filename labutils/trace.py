@@ -67,12 +67,12 @@ class Event:
         if kind == "scale":
             return f"scaler.scale(loss)  (scale {i['scale']:g})"
         if kind == "unscale":
-            return "scaler.unscale_(optimizer)" + ("  [inside scaler.step]" if i["inside_step"] else "")
+            return "scaler.unscale_(optimizer)" + ("  by scaler.step" if i["inside_step"] else "")
         if kind == "clip":
             after = f" -> {i['norm_after']:.4g}" if "norm_after" in i else ""
             return f"clip_grad_norm_  norm {i['norm_before']:.4g}{after}  (max_norm {i['max_norm']:g})"
         if kind == "step":
-            inside = "  [inside scaler.step]" if i["via_scaler"] else ""
+            inside = "  via scaler.step" if i["via_scaler"] else ""
             return f"optimizer.step() #{i['number']}  (lr {i['lr'][0]:.4g}, grad norm {i['grad_norm']:.4g}){inside}"
         if kind == "scheduler":
             return f"scheduler.step()  (lr {i['lr_before'][0]:.4g} -> {i.get('lr_after', ['?'])[0]:.4g})"

@@ -1,0 +1,266 @@
+"""The checks engine: every correct variant passes, every buggy one fails exactly its check, tracing changes nothing.
+
+PyTorch is the oracle twice over: the checks compare the student's gradients to PyTorch's, and these tests compare a
+traced run to an untraced one bit for bit.
+"""
+
+import inspect
+import linecache
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.nn.utils.clip_grad as clip_grad_module
+from torch.nn.utils import clip_grad_norm_
+
+from labutils import checks
+from labutils.checks import (CheckReport, check_checkpoint, check_evaluate, check_normalize, check_param_groups,
+                             check_resume, check_train_one_epoch, show_trace)
+from labutils.models import SmallCNN
+from labutils.trace import Tracer
+
+try:
+    import mutants
+except ImportError:  # tests/ imported as a package
+    from tests import mutants
+
+BUGGY, CORRECT, VARIANTS, run_check = mutants.BUGGY, mutants.CORRECT, mutants.VARIANTS, mutants.run_check
+
+
+# --- the corpus ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
+def test_correct_variant_passes(variant):
+    report = run_check(variant)
+    assert report.passed, str(report)
+    assert str(report).startswith("✓ ")
+
+
+@pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
+def test_buggy_variant_fails_exactly_its_check(variant):
+    report = run_check(variant)
+    assert [f.check for f in report.failures] == [variant.expected_check], str(report)
+    assert variant.expected_message in report.failures[0].message, str(report)
+    assert not report.passed and str(report).startswith("✗ ")
+
+
+def test_corpus_is_large_enough_and_covers_the_exercises():
+    assert len(BUGGY) >= 25 and len(CORRECT) >= 10
+    exercises = {v.exercise for v in VARIANTS}
+    assert exercises == {"normalize", "baseline", "evaluate", "scheduler", "clipping", "accumulation", "amp",
+                         "checkpoint", "resume", "param_groups"}
+    assert len({v.name for v in VARIANTS}) == len(VARIANTS)
+
+
+def _from_source(variant):
+    """The variant as a notebook would define it: its source, renamed to the contract's names, run in a fresh
+    namespace under the allowed imports (registered in linecache as IPython does, so line reports still work)."""
+    text = mutants.IMPORTS + "\n\n" + mutants.source(variant)
+    filename = f"<cell {variant.name}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    namespace = {}
+    exec(compile(text, filename, "exec"), namespace)
+    names = mutants.CONTRACT_NAMES[variant.exercise]
+    return variant._replace(function=tuple(namespace[n] for n in names) if len(names) > 1 else namespace[names[0]])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_variant_source_pastes_into_a_notebook_cell(variant):
+    pasted = _from_source(variant)
+    for fn, name in zip(pasted.functions, mutants.CONTRACT_NAMES[variant.exercise]):
+        assert fn.__name__ == name
+    report = run_check(pasted)
+    assert [f.check for f in report.failures] == ([] if variant.correct else [variant.expected_check]), str(report)
+
+
+# --- tracing changes nothing -----------------------------------------------------------------------------------------
+
+
+def _amp_clip_accum_run(traced: bool):
+    """Every instrumented feature at once: accumulation, autocast, GradScaler, clipping, a scheduler."""
+    torch.manual_seed(0)
+    model = SmallCNN(channels=(4, 8), dropout=0.3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-2, total_steps=10)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    data = [(torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))) for _ in range(7)]
+    tracer = Tracer(model, optimizer, scheduler, scaler) if traced else None
+    if tracer:
+        tracer.__enter__()
+    try:
+        model.train()
+        for i, (x, y) in enumerate(data):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y) / 2
+            scaler.scale(loss).backward()
+            if i % 2 == 1 or i == len(data) - 1:
+                scaler.unscale_(optimizer)
+                clip_grad_norm_(model.parameters(), 0.5)
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                optimizer.zero_grad()
+    finally:
+        if tracer:
+            tracer.__exit__(None, None, None)
+    return model, optimizer, tracer
+
+
+def test_tracing_leaves_results_bit_identical():
+    plain_model, plain_opt, _ = _amp_clip_accum_run(traced=False)
+    traced_model, traced_opt, tracer = _amp_clip_accum_run(traced=True)
+    for a, b in zip(plain_model.state_dict().values(), traced_model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert checks._differences(plain_opt.state_dict(), traced_opt.state_dict()) == []
+    kinds = [e.kind for e in tracer.events]
+    assert kinds.count("step") == 4 and kinds.count("clip") == 4 and kinds.count("backward") == 7
+
+
+def test_tracer_puts_everything_back(tmp_path):
+    model = SmallCNN(channels=(2, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    scaler = torch.amp.GradScaler("cpu")
+    before = (type(scheduler), clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
+    with Tracer(model, optimizer, scheduler, scaler, files=True, forbidden=checks.FORBIDDEN["train"]):
+        F.cross_entropy(model(torch.randn(2, 1, 28, 28)), torch.tensor([1, 2])).backward()
+        torch.save(scheduler.state_dict(), tmp_path / "s.pt")  # a traced scheduler's state stays plain data
+        assert torch.load(tmp_path / "s.pt", weights_only=True)["last_epoch"] == 0
+    import labutils.loop
+
+    assert before == (type(scheduler), clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace,
+                      os.rename)
+    assert labutils.loop.train_one_epoch.__module__ == "labutils.loop"
+    assert not model._forward_pre_hooks and not optimizer._optimizer_step_pre_hooks
+    assert not {"train", "zero_grad"} & set(vars(model)) and "zero_grad" not in vars(optimizer)
+    assert not {"scale", "unscale_", "step", "update"} & set(vars(scaler))
+    assert all(not p._backward_hooks and not getattr(p, "_post_accumulate_grad_hooks", None)
+               for p in model.parameters())
+
+
+@pytest.mark.parametrize("spelling", ["torch.nn.utils", "nn.utils", "imported"])
+def test_clipping_is_seen_however_it_was_imported(spelling):
+    clip = {"torch.nn.utils": torch.nn.utils.clip_grad_norm_, "nn.utils": nn.utils.clip_grad_norm_,
+            "imported": clip_grad_norm_}[spelling]
+    model = SmallCNN(channels=(2, 4))
+    with Tracer(model) as tracer:
+        F.cross_entropy(model(torch.randn(2, 1, 28, 28)), torch.tensor([1, 2])).backward()
+        norm = clip(model.parameters(), 1e-3)
+    (event,) = [e for e in tracer.events if e.kind == "clip"]
+    assert event.info["norm_before"] == pytest.approx(norm.item()) and event.info["norm_after"] <= 1e-3 * 1.001
+
+
+def test_clearing_is_seen_however_it_was_done():
+    model = SmallCNN(channels=(2, 4))
+    x, y = torch.randn(2, 1, 28, 28), torch.tensor([1, 2])
+    clears = [lambda: model.zero_grad(), lambda: model.zero_grad(set_to_none=False),
+              lambda: [setattr(p, "grad", None) for p in model.parameters()],
+              lambda: [p.grad.zero_() for p in model.parameters()], lambda: None]
+    with Tracer(model) as tracer:
+        for clear in clears:
+            F.cross_entropy(model(x), y).backward()
+            clear()
+        F.cross_entropy(model(x), y).backward()
+    fresh = [e.info["fresh"] for e in tracer.events if e.kind == "backward"]
+    assert fresh == [True, True, True, True, True, False]  # only the backward after "no clearing" accumulates
+
+
+# --- reports, signatures, errors -------------------------------------------------------------------------------------
+
+
+def _canonical_baseline():
+    return mutants.correct.baseline_canonical
+
+
+def test_report_text_and_assert_passed():
+    report = check_train_one_epoch(_canonical_baseline(), "baseline")
+    assert isinstance(report, CheckReport) and report.passed
+    assert str(report).startswith("✓ train_one_epoch (01_baseline) passed all 10 checks (signature, uses_reference")
+    assert repr(report) == str(report) and report.assert_passed() is report
+    assert [e.kind for e in report.trace][:4] == ["mode", "zero_grad", "forward", "backward"]
+
+    failed = check_train_one_epoch(mutants.buggy.step_before_backward, "baseline")
+    with pytest.raises(AssertionError, match=r"\[order\] optimizer.step\(\) ran before loss.backward\(\) at step 1"):
+        failed.assert_passed()
+    assert failed.failures[0].step == 1
+    assert "expected order" in str(failed) and "<--" in str(failed)  # the trace beside the expected order
+    assert "Not checked until that is fixed: zero_grad, gradient, mean_loss." in str(failed)
+
+
+def test_parameters_in_a_different_order_are_named():
+    def train_one_epoch(model, optimizer, loader, device):
+        return 0.0
+
+    report = check_train_one_epoch(train_one_epoch, "baseline")
+    assert [f.check for f in report.failures] == ["signature"]
+    assert "different order" in report.failures[0].message
+
+
+def test_not_a_function_and_unknown_exercise():
+    assert check_evaluate(None).failures[0].check == "signature"
+    with pytest.raises(ValueError, match="exercise='clip' is unknown"):
+        check_train_one_epoch(_canonical_baseline(), "clip")
+
+
+def test_a_reference_imported_before_the_check_is_still_caught():
+    from labutils.loop import train_one_epoch as reference  # bound before the check wraps the module attribute
+
+    def train_one_epoch(model, loader, optimizer, device):
+        scheduler = torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
+        return reference(model, loader, optimizer, scheduler, device=device)
+
+    report = check_train_one_epoch(train_one_epoch, "baseline")
+    assert [f.check for f in report.failures] == ["uses_reference"]
+
+
+def test_amp_loop_must_also_work_without_a_scaler():
+    """The amp exercise also runs with scaler=None; a loop that only works with a scaler fails there."""
+    def train_one_epoch(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+        model.train()
+        total, seen, norms = 0.0, 0, []
+        for x, y in loader:
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=amp_dtype):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            total, seen = total + loss.item() * len(y), seen + len(y)
+        return total / seen, norms
+
+    report = check_train_one_epoch(train_one_epoch, "amp")
+    assert [f.check for f in report.failures] == ["exception"]
+    assert report.failures[0].message.startswith("with scaler=None, train_one_epoch raised AttributeError at line 8")
+
+
+def test_checks_leave_the_callers_state_alone():
+    torch.manual_seed(123)
+    rng, threads = torch.get_rng_state(), torch.get_num_threads()
+    with torch.no_grad():
+        check_train_one_epoch(_canonical_baseline(), "baseline")
+        assert not torch.is_grad_enabled()
+    assert torch.equal(rng, torch.get_rng_state()) and torch.get_num_threads() == threads
+
+
+def test_show_trace_prints_numbered_events(capsys):
+    show_trace(_canonical_baseline(), "baseline", steps=1)
+    out = capsys.readouterr().out
+    assert "  1. model.train()" in out and "  3. forward batch 1/5  (train mode, grad on)" in out
+    assert "end of step 1" in out and "more events" in out
+    show_trace(_canonical_baseline(), "baseline", steps=None)
+    assert "optimizer.step() #5" in capsys.readouterr().out
+
+
+def test_public_api_names():
+    for name in ("check_normalize", "check_train_one_epoch", "check_evaluate", "check_checkpoint", "check_resume",
+                 "check_param_groups", "show_trace", "CheckReport"):
+        assert callable(getattr(checks, name))
+    assert inspect.signature(check_checkpoint).parameters.keys() == {"save_fn", "load_fn"}
+    for fn in (check_normalize, check_evaluate, check_resume, check_param_groups):
+        assert len(inspect.signature(fn).parameters) == 1

@@ -38,11 +38,12 @@ from torch.optim.lr_scheduler import LinearLR
 
 from .data import MEAN, STD, make_loader, normalize, set_position
 from .models import SmallCNN
-from .trace import Event, ReferenceCalled, Tracer, format_events, global_norm
+from .trace import Event, ReferenceCalled, TooManyEvents, Tracer, format_events, global_norm
 
 # --- the tiny world every check runs in ------------------------------------------------------------------------------
 
 SEED = 20240917
+MAX_EVENTS = 2000  # a run on the checks' tiny data records well under 200: more means a loop that never ends
 DEVICE = "cpu"  # a string: the contract allows torch.device or str, and a string is what most students pass
 N_TRAIN, BATCH = 34, 8  # 5 batches, the last with 2 samples: per-batch and per-sample averages differ
 N_EVAL = 26  # 4 batches, the last with 2 samples
@@ -187,7 +188,7 @@ def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
             run.reference = exc.name
         except SimulatedCrash:
             run.crashed = True
-        except Exception as exc:  # the student's bug: reported as a failure, never re-raised
+        except (Exception, TooManyEvents) as exc:  # the student's bug: reported as a failure, never re-raised
             run.error = exc
     if run.reference is None:
         run.reference = next((e.info["name"] for e in run.events if e.kind == "reference"), None)
@@ -556,7 +557,8 @@ def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, tit
 
 def _run_train(fn, case: TrainCase) -> TrainView:
     case.model.eval()  # as if evaluation just ran: a loop that forgets model.train() would train in eval mode
-    tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler, forbidden=FORBIDDEN["train"])
+    tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler, forbidden=FORBIDDEN["train"],
+                    max_events=MAX_EVENTS)
     return TrainView(case, _call(fn, case.args, tracer))
 
 
@@ -1022,7 +1024,7 @@ def _run_evaluate(fn) -> EvalView:
     model, reference, loader = _eval_case()
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
-    run = _call(fn, (model, loader, DEVICE), Tracer(model, forbidden=FORBIDDEN["evaluate"]))
+    run = _call(fn, (model, loader, DEVICE), Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS))
     view = EvalView(model, reference, batches, run, model.training)
     for _, event in view.forwards:
         j = _match(event.data["x"], batches)
@@ -1573,7 +1575,8 @@ def _resume_objects(images, labels):
 def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep):
     model, optimizer, scheduler, loader = _resume_objects(images, labels)
     args = (model, optimizer, scheduler, loader, R_EPOCHS, str(ckpt_dir), R_SAVE_EVERY, DEVICE)
-    run = _call(fn, args, Tracer(model, optimizer, scheduler, forbidden=FORBIDDEN["resume"]), {"on_step": log})
+    tracer = Tracer(model, optimizer, scheduler, forbidden=FORBIDDEN["resume"], max_events=MAX_EVENTS)
+    run = _call(fn, args, tracer, {"on_step": log})
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
 

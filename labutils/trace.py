@@ -32,6 +32,11 @@ import torch.nn.utils.clip_grad as clip_grad_module
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
+class TooManyEvents(BaseException):
+    """Raised when a traced run goes on far longer than its data allows (a loop that never ends); a BaseException so
+    that a student's ``except Exception`` cannot swallow it."""
+
+
 class ReferenceCalled(BaseException):
     """Raised when graded code calls the lab's reference implementation. A BaseException, so that a student's
     ``except Exception`` cannot swallow it."""
@@ -111,14 +116,16 @@ class Tracer:
     Any of ``model``, ``optimizer``, ``scheduler``, ``scaler`` may be None. ``files=True`` also records
     ``torch.save`` / ``torch.load`` / ``os.replace`` / ``os.rename`` (these are module functions, so they are patched
     for the duration), and after each of them whether the paths in ``watch`` exist. ``forbidden`` names functions
-    as ``"module:attr"``: calling one, by any reference, raises :class:`ReferenceCalled`.
+    as ``"module:attr"``: calling one, by any reference, raises :class:`ReferenceCalled`. ``max_events`` stops a
+    run that never ends with :class:`TooManyEvents`.
     """
 
     def __init__(self, model=None, optimizer=None, scheduler=None, scaler=None, *, files: bool = False,
-                 watch=(), forbidden=()):
+                 watch=(), forbidden=(), max_events: int | None = None):
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.params = [p for p in model.parameters() if p.requires_grad] if model is not None else []
         self.files, self.watch, self.forbidden = files, [Path(w) for w in watch], tuple(forbidden)
+        self.max_events = max_events
         self.events: list[Event] = []
         self.steps = 0  # optimizer steps completed
         self._undo: list = []
@@ -132,6 +139,9 @@ class Tracer:
 
     def record(self, kind: str, info: dict | None = None, data: dict | None = None) -> Event:
         self._backward = None  # any other event ends the backward pass being recorded
+        if self.max_events is not None and len(self.events) >= self.max_events:
+            raise TooManyEvents(f"the check stopped it after {self.max_events} events, far more than its data needs: "
+                                "does the loop ever end?")
         event = Event(kind, self.steps, info or {}, data or {})
         self.events.append(event)
         return event

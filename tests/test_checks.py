@@ -264,3 +264,17 @@ def test_public_api_names():
     assert inspect.signature(check_checkpoint).parameters.keys() == {"save_fn", "load_fn"}
     for fn in (check_normalize, check_evaluate, check_resume, check_param_groups):
         assert len(inspect.signature(fn).parameters) == 1
+
+
+def test_a_loop_that_never_ends_is_stopped():
+    def train_one_epoch(model, loader, optimizer, device):
+        model.train()
+        while True:  # forgot to stop after one pass
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+
+    report = check_train_one_epoch(train_one_epoch, "baseline")
+    assert [f.check for f in report.failures] == ["exception"]
+    assert "does the loop ever end?" in report.failures[0].message

@@ -5,9 +5,9 @@ cleared, which batch each forward saw and in which mode, when backward added to 
 the moment of ``optimizer.step()``. Reading the source would reject correct loops written differently, so instead a
 :class:`Tracer` watches the objects the loop is handed:
 
-- only hooks and per-instance wrappers (a forward pre-hook, tensor hooks on the parameters, optimizer step hooks,
-  ``model.train`` / ``zero_grad`` / ``scheduler.step`` / scaler methods replaced on the instance), so how the student
-  imported or spelled anything does not matter;
+- only hooks and per-object wrappers (a forward pre-hook, tensor hooks on the parameters, optimizer step hooks, and
+  ``model.train`` / ``zero_grad`` / ``scheduler.step`` / scaler methods routed through a one-off subclass of that one
+  object), so how the student imported or spelled anything does not matter;
 - clearing is observed on the gradients themselves (a parameter hook sees ``.grad`` just before backward adds to it),
   so ``optimizer.zero_grad()``, ``model.zero_grad()``, ``set_to_none=False`` and ``p.grad = None`` all count;
 - clipping is seen inside ``torch.nn.utils.clip_grad``, the module that ``clip_grad_norm_`` looks its helpers up in at
@@ -180,13 +180,6 @@ class Tracer:
         if backward.info["fresh"] and current is not None and bool(current.any()):
             backward.info["fresh"] = False  # something was left in .grad: this backward accumulates onto it
 
-    def _train(self, original):
-        def train(mode=True):  # model.eval() calls self.train(False), so this sees both
-            self.record("mode", {"training": bool(mode)})
-            return original(mode)
-
-        return train
-
     def _after_accumulate(self, index: int, param) -> None:
         self._raw[index] = param.grad.detach().clone()  # before any unscale_/clip touches it in place
 
@@ -202,60 +195,48 @@ class Tracer:
     def _after_step(self, optimizer, args, kwargs):
         self.steps += 1
 
-    def _zero_grad(self, original, who: str):
-        def zero_grad(*args, **kwargs):
+    # --- methods routed through the tracer: (original bound method, *args) -> result -------------------------------
+
+    def _train(self, original, mode=True):  # model.eval() calls self.train(False), so this sees both
+        self.record("mode", {"training": bool(mode)})
+        return original(mode)
+
+    def _zero_grad(self, who: str):
+        def zero_grad(original, *args, **kwargs):
             set_to_none = kwargs.get("set_to_none", args[0] if args else True)
             self.record("zero_grad", {"by": who, "set_to_none": bool(set_to_none)})
             return original(*args, **kwargs)
 
         return zero_grad
 
-    # --- scheduler and scaler ----------------------------------------------------------------------------------------
-
-    def _scheduler_step(self, original):
+    def _scheduler_step(self, original, *args, **kwargs):
         def lrs():
             return [g["lr"] for g in self.scheduler.optimizer.param_groups]
 
-        def step(*args, **kwargs):
-            event = self.record("scheduler", {"lr_before": lrs()})
-            out = original(*args, **kwargs)
-            event.info["lr_after"] = lrs()
-            return out
+        event = self.record("scheduler", {"lr_before": lrs()})
+        out = original(*args, **kwargs)
+        event.info["lr_after"] = lrs()
+        return out
 
-        return step
+    def _scale(self, original, outputs):
+        self.record("scale", {"scale": self.scaler.get_scale()})
+        return original(outputs)
 
-    def _scaler_methods(self) -> dict:
-        scaler = self.scaler
+    def _unscale(self, original, optimizer):
+        self.record("unscale", {"inside_step": self._in_scaler_step})
+        return original(optimizer)
 
-        def scale(original):
-            def wrapped(outputs):
-                self.record("scale", {"scale": scaler.get_scale()})
-                return original(outputs)
-            return wrapped
+    def _scaler_step(self, original, optimizer, *args, **kwargs):
+        self.record("scaler_step")
+        self._in_scaler_step = True  # the optimizer.step() it makes is marked as going through the scaler
+        try:
+            return original(optimizer, *args, **kwargs)
+        finally:
+            self._in_scaler_step = False
 
-        def unscale_(original):
-            def wrapped(optimizer):
-                self.record("unscale", {"inside_step": self._in_scaler_step})
-                return original(optimizer)
-            return wrapped
-
-        def step(original):
-            def wrapped(optimizer, *args, **kwargs):
-                self.record("scaler_step")
-                self._in_scaler_step = True  # the optimizer.step() it makes is marked as going through the scaler
-                try:
-                    return original(optimizer, *args, **kwargs)
-                finally:
-                    self._in_scaler_step = False
-            return wrapped
-
-        def update(original):
-            def wrapped(*args, **kwargs):
-                self.record("scaler_update")
-                return original(*args, **kwargs)
-            return wrapped
-
-        return {"scale": scale, "unscale_": unscale_, "step": step, "update": update}
+    def _scaler_update(self, original, *args, **kwargs):
+        self.record("scaler_update")
+        return original(*args, **kwargs)
 
     # --- module functions: clipping and files ------------------------------------------------------------------------
 
@@ -296,17 +277,34 @@ class Tracer:
     # --- install and restore -----------------------------------------------------------------------------------------
 
     def _set_attr(self, obj, name: str, value) -> None:
-        """Replace ``obj.name`` (an instance or a module attribute); the original comes back on exit."""
+        """Replace a module attribute; the original comes back on exit."""
         had, previous = name in vars(obj), vars(obj).get(name)
         setattr(obj, name, value)
         self._undo.append(lambda: setattr(obj, name, previous) if had else delattr(obj, name))
 
-    def _swap_class(self, obj, name: str, method) -> None:
-        """Override ``obj.name`` through a one-off subclass instead of an instance attribute: an LR scheduler's
-        state_dict() is its whole ``__dict__``, so an instance attribute would end up in the student's checkpoint."""
-        original_class = obj.__class__
-        obj.__class__ = type(original_class.__name__, (original_class,), {name: lambda _self, *a, **k: method(*a, **k)})
-        self._undo.append(lambda: setattr(obj, "__class__", original_class))
+    def _route(self, obj, wrappers: dict) -> None:
+        """Send some of ``obj``'s methods through ``wrappers`` by giving ``obj`` a one-off subclass of its class.
+
+        Why not instance attributes: an LR scheduler's state_dict() is its whole ``__dict__`` (a wrapper would end up
+        in the student's checkpoint), and ``copy.deepcopy`` of the object would share a wrapper bound to the original.
+        A copy made during the run keeps the subclass, whose methods then behave exactly like the original class's.
+        """
+        cls = obj.__class__
+
+        def routed(name, wrapper):
+            original = getattr(cls, name)
+
+            def method(self_, *args, **kwargs):
+                if self_ is not obj:
+                    return original(self_, *args, **kwargs)
+                return wrapper(functools.partial(original, self_), *args, **kwargs)
+
+            method.__name__ = name
+            return method
+
+        namespace = {"__module__": cls.__module__, **{n: routed(n, w) for n, w in wrappers.items()}}
+        obj.__class__ = type(cls.__name__, (cls,), namespace)
+        self._undo.append(lambda: setattr(obj, "__class__", cls))
 
     def _forbid(self, spec: str) -> None:
         module_name, attr = spec.split(":")
@@ -345,17 +343,16 @@ class Tracer:
             for i, p in enumerate(self.params):
                 handles.append(p.register_hook(functools.partial(self._on_grad, i)))
                 handles.append(p.register_post_accumulate_grad_hook(functools.partial(self._after_accumulate, i)))
-            self._set_attr(model, "train", self._train(model.train))
-            self._set_attr(model, "zero_grad", self._zero_grad(model.zero_grad, "model.zero_grad"))
+            self._route(model, {"train": self._train, "zero_grad": self._zero_grad("model.zero_grad")})
         if optimizer is not None:
             handles.append(optimizer.register_step_pre_hook(self._before_step))
             handles.append(optimizer.register_step_post_hook(self._after_step))
-            self._set_attr(optimizer, "zero_grad", self._zero_grad(optimizer.zero_grad, "optimizer.zero_grad"))
+            self._route(optimizer, {"zero_grad": self._zero_grad("optimizer.zero_grad")})
         if self.scheduler is not None:
-            self._swap_class(self.scheduler, "step", self._scheduler_step(self.scheduler.step))
+            self._route(self.scheduler, {"step": self._scheduler_step})
         if self.scaler is not None:
-            for name, make in self._scaler_methods().items():
-                self._set_attr(self.scaler, name, make(getattr(self.scaler, name)))
+            self._route(self.scaler, {"scale": self._scale, "unscale_": self._unscale, "step": self._scaler_step,
+                                      "update": self._scaler_update})
         if hasattr(clip_grad_module, "_clip_grads_with_norm_"):  # torch >= 2.6; older: clipping is judged by values
             self._set_attr(clip_grad_module, "_clip_grads_with_norm_",
                            self._clip_with_norm(clip_grad_module._clip_grads_with_norm_))

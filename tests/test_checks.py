@@ -4,6 +4,7 @@ PyTorch is the oracle twice over: the checks compare the student's gradients to 
 traced run to an untraced one bit for bit.
 """
 
+import copy
 import inspect
 import linecache
 import os
@@ -124,21 +125,31 @@ def test_tracer_puts_everything_back(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
     scaler = torch.amp.GradScaler("cpu")
-    before = (type(scheduler), clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
+    classes = [type(o) for o in (model, optimizer, scheduler, scaler)]
+    before = (clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
     with Tracer(model, optimizer, scheduler, scaler, files=True, forbidden=checks.FORBIDDEN["train"]):
         F.cross_entropy(model(torch.randn(2, 1, 28, 28)), torch.tensor([1, 2])).backward()
         torch.save(scheduler.state_dict(), tmp_path / "s.pt")  # a traced scheduler's state stays plain data
         assert torch.load(tmp_path / "s.pt", weights_only=True)["last_epoch"] == 0
     import labutils.loop
 
-    assert before == (type(scheduler), clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace,
-                      os.rename)
+    assert before == (clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
+    assert classes == [type(o) for o in (model, optimizer, scheduler, scaler)]
     assert labutils.loop.train_one_epoch.__module__ == "labutils.loop"
     assert not model._forward_pre_hooks and not optimizer._optimizer_step_pre_hooks
     assert not {"train", "zero_grad"} & set(vars(model)) and "zero_grad" not in vars(optimizer)
     assert not {"scale", "unscale_", "step", "update"} & set(vars(scaler))
     assert all(not p._backward_hooks and not getattr(p, "_post_accumulate_grad_hooks", None)
                for p in model.parameters())
+
+
+def test_a_copy_made_during_tracing_behaves_like_the_original():
+    model = SmallCNN(channels=(2, 4))
+    with Tracer(model) as tracer:
+        twin = copy.deepcopy(model)  # e.g. an EMA copy made inside a student's loop
+        twin.eval()
+        assert model.training and not twin.training  # switching the copy leaves the original alone
+    assert [e.kind for e in tracer.events] == []  # and the copy's calls are not the traced model's
 
 
 @pytest.mark.parametrize("spelling", ["torch.nn.utils", "nn.utils", "imported"])

@@ -102,6 +102,8 @@ BUGGY = [
     Variant("evaluate_not_restored", "evaluate", b.evaluate_not_restored, "restore_mode", "left the model in eval mode"),
     Variant("evaluate_per_batch", "evaluate", b.evaluate_per_batch, "per_sample", "average of the per-batch means"),
     Variant("evaluate_percentage", "evaluate", b.evaluate_percentage, "return_value", "percentage"),
+    Variant("evaluate_uses_reference", "evaluate", b.evaluate_uses_reference, "uses_reference",
+            "labutils.evaluation.evaluate"),
     # 02
     Variant("scheduler_before_optimizer", "scheduler", b.scheduler_before_optimizer, "scheduler",
             "scheduler.step() ran before optimizer.step() at step 1"),
@@ -202,7 +204,7 @@ import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 
 from labutils import checkpoint as lab_checkpoint
-from labutils import loop as lab_loop
+from labutils import evaluation as lab_evaluation
 from labutils.checkpoint import capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
 from labutils.data import MEAN, STD, set_position
 """

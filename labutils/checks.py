@@ -893,8 +893,8 @@ def _st_norms(v: TrainView):
                    f"{v.case.max_norm:g}); the contract logs the pre-clip norm {want:.4g}: keep the value "
                    "clip_grad_norm_ returns.")
         elif v.case.scaler is not None and _close(float(got), want * v.scale_used(k), v.tol):
-            msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm of the scaled gradients: log the norm "
-                   "after scaler.unscale_(optimizer).")
+            msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm of the scaled gradients: log the "
+                   "norm after scaler.unscale_(optimizer).")
         else:
             msg = (f"the norm returned for step {k} is {float(got):.4g}, but the step's gradient had norm {want:.4g} "
                    "before clipping: append what clip_grad_norm_ returns, once per optimizer step.")
@@ -917,7 +917,8 @@ def _st_mean_loss(v: TrainView):
     if _close(value, per_batch, rtol):
         return [Failure("per_sample", f"the returned mean loss {value:.4f} is the average of the per-batch losses; "
                         f"the per-sample average is {want:.4f}. They differ because the last batch has only "
-                        f"{sizes[-1]} samples. Add loss.item() * len(y) per batch and divide by the number of samples.")]
+                        f"{sizes[-1]} samples. Add loss.item() * len(y) per batch and divide by the number of "
+                        "samples.")]
     if v.case.accum_steps > 1 and _close(value, want / v.case.accum_steps, rtol):
         return [Failure("mean_loss", f"the returned mean loss {value:.4f} is the loss divided by accum_steps; report "
                         f"the unscaled loss ({want:.4f}): add up loss.item() before dividing it for backward.")]
@@ -1238,7 +1239,8 @@ def check_param_groups(fn) -> CheckReport:
             if decay != want:
                 why = ("a bias or normalisation parameter (ndim <= 1) must not be decayed" if p.ndim <= 1 else
                        f"conv/linear weights get weight_decay={wd}")
-                unset = "" if "weight_decay" in group else f" (the group sets none, so AdamW uses its default {default})"
+                unset = ("" if "weight_decay" in group else
+                         f" (the group sets none, so AdamW uses its default {default})")
                 report.failures.append(Failure("weight_decay", f"{names[id(p)]} has weight_decay={decay}{unset}: "
                                                                f"{why}."))
                 return report
@@ -1489,7 +1491,8 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     """Save mid-training with ``save_fn``, keep training; load into fresh objects with ``load_fn``, train the same
     steps; everything must match bit for bit, and the file must appear atomically."""
     names = [s for s, _, _ in CKPT_STAGES]
-    report = CheckReport("save_checkpoint / load_checkpoint (06_checkpointing)", ["signature", "uses_reference"] + names)
+    report = CheckReport("save_checkpoint / load_checkpoint (06_checkpointing)",
+                         ["signature", "uses_reference"] + names)
     ok = _check_signature(report, save_fn, "save_checkpoint", "save_checkpoint")
     if not (_check_signature(report, load_fn, "load_checkpoint", "load_checkpoint") and ok):
         return report
@@ -1567,7 +1570,8 @@ def _resume_objects(images, labels):
     torch.manual_seed(SEED)
     model = _tiny_model(gain=1.0)  # no dropout: make_loader's iterator draws from the global RNG (see the report)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=R_EPOCHS * 6)
+    total_steps = R_EPOCHS * math.ceil(R_IMAGES / BATCH)
+    scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
     loader = make_loader(images, labels, BATCH, seed=SEED, shuffle=True)
     return model, optimizer, scheduler, loader
 

@@ -93,13 +93,15 @@ BUGGY = [
     Variant("forward_under_no_grad", "baseline", b.forward_under_no_grad, "grad_enabled", "under torch.no_grad()"),
     Variant("skips_last_batch", "baseline", b.skips_last_batch, "batches", "batch 5 of 5 was never trained on"),
     Variant("missing_device", "baseline", b.missing_device, "signature", "is missing device"),
-    Variant("typo_backwards", "baseline", b.typo_backwards, "exception", "AttributeError at line 7 of train_one_epoch (`loss.backwards()`)"),
+    Variant("typo_backwards", "baseline", b.typo_backwards, "exception",
+            "AttributeError at line 7 of train_one_epoch (`loss.backwards()`)"),
     Variant("uses_reference_loop", "baseline", b.uses_reference_loop, "uses_reference",
             "labutils.loop.train_one_epoch"),
     # 01 evaluate
     Variant("evaluate_no_eval", "evaluate", b.evaluate_no_eval, "eval_mode", "Call model.eval()"),
     Variant("evaluate_no_no_grad", "evaluate", b.evaluate_no_no_grad, "no_grad", "torch.no_grad()"),
-    Variant("evaluate_not_restored", "evaluate", b.evaluate_not_restored, "restore_mode", "left the model in eval mode"),
+    Variant("evaluate_not_restored", "evaluate", b.evaluate_not_restored, "restore_mode",
+            "left the model in eval mode"),
     Variant("evaluate_per_batch", "evaluate", b.evaluate_per_batch, "per_sample", "average of the per-batch means"),
     Variant("evaluate_percentage", "evaluate", b.evaluate_percentage, "return_value", "percentage"),
     Variant("evaluate_uses_reference", "evaluate", b.evaluate_uses_reference, "uses_reference",
@@ -205,6 +207,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from labutils import checkpoint as lab_checkpoint
 from labutils import evaluation as lab_evaluation
-from labutils.checkpoint import capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from labutils.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state,
+                                 save_checkpoint)
 from labutils.data import MEAN, STD, set_position
 """

@@ -14,7 +14,8 @@ from torch.nn.utils import clip_grad_norm_
 
 from labutils import checkpoint as lab_checkpoint
 from labutils import evaluation as lab_evaluation
-from labutils.checkpoint import capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from labutils.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state,
+                                 save_checkpoint)
 from labutils.data import MEAN, STD, set_position
 
 # --- 00 normalize_images ---------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 
-from labutils.checkpoint import capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from labutils.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state,
+                                 save_checkpoint)
 from labutils.data import MEAN, STD, set_position
 
 # --- 00 normalize_images ---------------------------------------------------------------------------------------------

@@ -199,7 +199,8 @@ def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
 def _isolated():
     """Checks leave the caller as they found it: RNG streams, thread count, grad mode and warnings filters."""
     py_state, np_state, threads = random.getstate(), np.random.get_state(), torch.get_num_threads()
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), torch.enable_grad():
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), torch.inference_mode(False), \
+            torch.enable_grad():
         warnings.simplefilter("ignore")  # e.g. "lr_scheduler.step() before optimizer.step()": we say it better
         torch.set_num_threads(1)  # tiny tensors: threads only add overhead, and stall badly on a busy machine
         try:

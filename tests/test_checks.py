@@ -254,8 +254,10 @@ def test_checks_leave_the_callers_state_alone():
     torch.manual_seed(123)
     rng, threads = torch.get_rng_state(), torch.get_num_threads()
     with torch.no_grad():
-        check_train_one_epoch(_canonical_baseline(), "baseline")
+        assert check_train_one_epoch(_canonical_baseline(), "baseline").passed
         assert not torch.is_grad_enabled()
+    with torch.inference_mode():
+        assert check_train_one_epoch(_canonical_baseline(), "baseline").passed
     assert torch.equal(rng, torch.get_rng_state()) and torch.get_num_threads() == threads
 
 

@@ -32,8 +32,8 @@ from .handout import REPO_ROOT
 from .submissions import ASSIGNMENT, Submission, discover
 
 # Rough relative cost of grading each notebook, so the slowest start first (measured; unknown ones count 1).
-NOTEBOOK_COST = {"07_crash_resume": 3.0, "06_checkpointing": 2.0, "05_amp": 2.0, "04_accumulation": 1.5,
-                 "03_clipping": 1.5, "02_scheduler": 1.5, "01_baseline": 1.5, "08_stretch": 1.0, "00_data_tour": 1.0}
+NOTEBOOK_COST = {"08_stretch": 4.0, "07_crash_resume": 3.0, "05_amp": 2.5, "00_data_tour": 1.5, "04_accumulation": 1.3,
+                 "06_checkpointing": 1.2, "02_scheduler": 1.1, "01_baseline": 1.0, "03_clipping": 1.0}
 
 
 @dataclass
@@ -58,6 +58,7 @@ class TaskOutcome:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     feedback: str | None = None
+    timings: dict = field(default_factory=dict)  # kernel_s, recheck_s, total_s inside the worker
 
 
 @dataclass
@@ -151,19 +152,26 @@ def fingerprint(paths: list[Path]) -> str:
 
 
 class Worker:
-    def __init__(self, index: int, cfg: dict, log_dir: Path):
+    """One ``python -m autograder.worker`` process; started early (its imports overlap the parent's set-up) and given
+    the run's configuration when it is known."""
+
+    def __init__(self, index: int, log_dir: Path, cfg: dict | None = None):
         self.index = index
         self.log = open(log_dir / f"worker-{index}.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, start_new_session=True, cwd=str(log_dir),
         )
-        self.proc.stdin.write((json.dumps(cfg) + "\n").encode())
-        self.proc.stdin.flush()
         self.ready = False
+        if cfg is not None:
+            self.configure(cfg)
         self.task: dict | None = None
         self.started = 0.0
         self.buffer = b""
+
+    def configure(self, cfg: dict) -> None:
+        self.proc.stdin.write((json.dumps(cfg) + "\n").encode())
+        self.proc.stdin.flush()
 
     def send(self, task: dict) -> None:
         self.task, self.started = task, time.monotonic()
@@ -201,16 +209,53 @@ def _order(tasks: list[dict]) -> list[dict]:
     return sorted(tasks, key=lambda t: (-NOTEBOOK_COST.get(t["notebook"], 1.0), t["student"], t["notebook"]))
 
 
-def run_pool(tasks: list[dict], cfg: dict, jobs: int, work: Path, hard_limit: float,
+class SharedZygote:
+    """The run's one warm zygote (:mod:`autograder.zygote`); each worker connects and gets a fork of it."""
+
+    def __init__(self, work: Path):
+        self.socket = str(work / "zygote.sock")
+        self.log = open(work / "zygote.log", "ab")
+        env = dict(os.environ, HOME=str(work / "zygote-home"), MPLCONFIGDIR=str(work / "zygote-home" / "mpl"),
+                   MPLBACKEND="module://matplotlib_inline.backend_inline", LAB_MODE="grade")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"from autograder.zygote import main; main(['--socket', {self.socket!r}])"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env=env, start_new_session=True,
+        )
+        self.info: dict | None = None
+
+    def wait_ready(self, timeout: float = 600) -> dict:
+        import select
+
+        if self.info is None:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if ready else b""
+            if not line:
+                raise RuntimeError(f"the zygote did not start (see {self.log.name})")
+            self.info = json.loads(line)
+        return self.info
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+        self.log.close()
+
+
+def run_pool(tasks: list[dict], cfg: dict, workers: list[Worker], work: Path, hard_limit: float,
              on_result) -> None:
     pending = deque(_order(tasks))
-    workers: list[Worker] = []
     sel = selectors.DefaultSelector()
 
     def spawn(i: int) -> Worker:
-        w = Worker(i, cfg, work)
+        w = Worker(i, work, cfg)
         sel.register(w.proc.stdout, selectors.EVENT_READ, w)
         return w
+
+    for w in workers:
+        w.configure(cfg)
+        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
 
     def retire(w: Worker, reason: str | None) -> None:
         sel.unregister(w.proc.stdout)
@@ -220,8 +265,6 @@ def run_pool(tasks: list[dict], cfg: dict, jobs: int, work: Path, hard_limit: fl
             w.task = None
         w.kill()
 
-    for i in range(max(1, min(jobs, len(pending)))):
-        workers.append(spawn(i))
     try:
         while pending or any(w.task for w in workers):
             for w in workers:
@@ -265,19 +308,20 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     opts = options or GradeOptions()
     started = time.monotonic()
     ensure_tools_on_path()
-    fast_alembic_version()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
     work = Path(tempfile.mkdtemp(prefix="looplab-grade-"))
-    problems: list[str] = []
     from . import sandbox
 
     # Landlock makes writes outside a student's folder impossible; without it, detect them afterwards.
     protected = [] if sandbox.landlock_abi() else [source, root / "labutils", root / "autograder", root / "notebooks"]
     before = fingerprint(protected)
+    # Warm-up first: the zygote's imports and the workers' imports run while this process builds the gradebook.
+    zygote = SharedZygote(work)
+    workers = [Worker(i, work) for i in range(opts.jobs)]
     try:
-        _stage_data()
+        fast_alembic_version()
         template_db = work / "template" / "gradebook.db"
         notebooks = generate_assignment(source, work / "template", f"sqlite:///{template_db}")
         db_url = opts.db_url or f"sqlite:///{out / 'gradebook.db'}"
@@ -286,12 +330,6 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         log(f"grading {len(subs)} student(s) x {len(notebooks)} notebook(s) with {opts.jobs} process(es); "
             f"gradebook {db_url}")
         outcomes, tasks = _plan(subs, notebooks)
-        cfg = {
-            **_data_locations(),
-            "template_db": str(template_db), "work_dir": str(work), "cell_timeout": opts.cell_timeout,
-            "notebook_timeout": opts.notebook_timeout, "memory_mb": opts.memory_mb,
-            "threads": opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)),
-        }
         progress = _Progress(subs, tasks, started)
 
         def on_result(msg: dict, seconds: float) -> None:
@@ -299,9 +337,19 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
             outcomes[(outcome.student, outcome.notebook)] = outcome
             progress.done(outcome)
 
-        hard_limit = 2 * opts.notebook_timeout + 180  # kernel + recheck + start-up + feedback, then it is stuck
         if tasks:
-            run_pool(tasks, cfg, opts.jobs, work, hard_limit, on_result)
+            info = zygote.wait_ready()
+            log(f"kernels warm after {_fmt(time.monotonic() - started)} (torch, labutils and the data imported "
+                f"once, in {info.get('seconds', 0):.1f} s)")
+            cfg = {
+                "data_dirs": info["data_dirs"], "cache_dir": info["cache_dir"], "zygote_socket": zygote.socket,
+                "template_db": str(template_db), "work_dir": str(work), "cell_timeout": opts.cell_timeout,
+                "notebook_timeout": opts.notebook_timeout, "memory_mb": opts.memory_mb,
+                "threads": opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)),
+            }
+            hard_limit = 2 * opts.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
+            run_pool(tasks, cfg, workers[: len(tasks)], work, hard_limit, on_result)
+        problems = []
         if fingerprint(protected) != before:
             problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
                             "a submission may have written outside its folder; check `git status` before trusting "
@@ -314,45 +362,25 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(outcome.feedback, target)
                 outcome.feedback = str(target)
-        student_notes = {s.student: s.notes for s in subs}
-        errors = [o for o in outcomes.values() if o.status == "error"]
-        for o in errors:
-            problems.append(f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}")
+        for o in outcomes.values():
+            if o.status == "error":
+                problems.append(f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}")
         result = RunResult(out=out, students=[s.student for s in subs], notebooks=notebooks, outcomes=outcomes,
-                           student_notes=student_notes, complete=not problems, problems=problems,
-                           seconds=time.monotonic() - started)
+                           student_notes={s.student: s.notes for s in subs}, complete=not problems,
+                           problems=problems, seconds=time.monotonic() - started)
         report.write_all(result, db_url)
         log(f"done in {_fmt(result.seconds)}: {len(subs)} student(s); grades in {out / 'grades.csv'}"
             + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
         return result
     finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.close()
+        zygote.close()
         if not opts.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         else:
             log(f"work folder kept: {work}")
-
-
-def _stage_data() -> None:
-    """Stage FashionMNIST before grading: the sandbox lets kernels read the cache, never write it."""
-    from labutils import data
-
-    staged = data.cache_dir() / "FashionMNIST" / "raw"
-    if all((staged / name[:-3]).exists() for name in data.RAW_FILES):
-        return
-    try:
-        data.ensure_data()
-    except Exception as exc:
-        log(f"warning: FashionMNIST is not available ({exc}); notebooks that need it will fail")
-
-
-def _data_locations() -> dict:
-    """Where kernels may read FashionMNIST from (read-only in the sandbox)."""
-    from labutils import data
-
-    dirs = [str(data.DEBIAN_DIR), str(data.cache_dir())]
-    if os.environ.get("LAB_DATA_DIR"):
-        dirs.append(os.environ["LAB_DATA_DIR"])
-    return {"data_dirs": dirs, "cache_dir": str(data.cache_dir())}
 
 
 def _plan(subs: list[Submission], notebooks: list[str]) -> tuple[dict, list[dict]]:
@@ -378,7 +406,7 @@ def _outcome_from(msg: dict, seconds: float) -> TaskOutcome:
         notes.append(f"could not be graded: {msg.get('error')}")
     return TaskOutcome(student=msg["student"], notebook=msg["notebook"], status=msg.get("status", "error"),
                        tests=msg.get("tests") or [], notes=notes, seconds=round(seconds, 1),
-                       feedback=msg.get("feedback"))
+                       feedback=msg.get("feedback"), timings=msg.get("timings") or {})
 
 
 class _Progress:

@@ -38,7 +38,7 @@ def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], o
 
 
 def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict]:
-    """(CSV rows, {(notebook, test): max points} in cell order) read back from the gradebook."""
+    """(CSV rows, {(notebook, test): (max points, graded by hand?)} in cell order) read back from the gradebook."""
     from nbgrader.api import Gradebook
 
     rows, test_max = [], {}
@@ -46,8 +46,9 @@ def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> t
         for nb in notebooks:
             notebook = gb.find_notebook(nb, ASSIGNMENT)
             order = [c.name for c in notebook.source_cells]
+            written = {c.name for c in notebook.solution_cells}
             for cell in sorted(notebook.grade_cells, key=lambda c: order.index(c.name) if c.name in order else 0):
-                test_max[(nb, cell.name)] = float(cell.max_score)
+                test_max[(nb, cell.name)] = (float(cell.max_score), cell.name in written)
         for student in students:
             for nb in notebooks:
                 sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
@@ -68,17 +69,24 @@ def student_record(result, student: str, test_max: dict) -> dict:
         outcome = result.outcomes[(student, nb)]
         got = {t["name"]: t for t in outcome.tests} if outcome.status == "graded" else {}
         reason = "; ".join(outcome.notes) or "not graded"
-        for (test_nb, name), max_points in test_max.items():
+        for (test_nb, name), (max_points, manual) in test_max.items():
             if test_nb != nb:
                 continue
             t = got.get(name)
+            to_grade = bool(t and t["needs_manual_grade"])
+            if manual:
+                message = ("written answer: to be graded by hand" if to_grade else
+                           "no answer written" if t else reason)
+            else:
+                message = (t["message"] if t else reason) or ""
             tests.append({
                 "notebook": nb,
                 "name": name,
+                "kind": "manual" if manual else "auto",
                 "points": _num(t["points"]) if t else 0,
                 "max_points": _num(max_points),
-                "passed": bool(t and t["passed"]),
-                "message": (t["message"] if t else reason) or "",
+                "passed": None if to_grade else bool(t and t["passed"]),  # None: not decided until graded by hand
+                "message": message,
             })
         nb_tests = [t for t in tests if t["notebook"] == nb]
         notebooks[nb] = {
@@ -86,6 +94,7 @@ def student_record(result, student: str, test_max: dict) -> dict:
             "score": _num(sum(t["points"] for t in nb_tests)),
             "max_score": _num(sum(t["max_points"] for t in nb_tests)),
             "seconds": outcome.seconds,
+            "timings": outcome.timings,
             "notes": outcome.notes,
             "feedback": outcome.feedback,
         }
@@ -121,7 +130,7 @@ def _first_line(message: str, width: int = 140) -> str:
 
 def write_summary(out: Path, records: list[dict], test_max: dict, result) -> None:
     totals = [r["score"] for r in records]
-    max_total = sum(test_max.values())
+    max_total = sum(m for m, _ in test_max.values())
     n = len(records)
     lines = [
         f"# Loop Lab grades: {ASSIGNMENT}",
@@ -144,11 +153,18 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
             *[f"| {score:g} | {count} |" for score, count in sorted(Counter(totals).items())],
             "",
         ]
-    lines += ["## Tests", "", "| notebook | test | points | failed | most common message |", "|---|---|---:|---:|---|"]
+    lines += ["## Tests", "", "Autograded tests, then written answers (graded by hand in the gradebook: their "
+              "points are 0 in grades.csv until then).", "",
+              "| notebook | test | points | failed | most common message |", "|---|---|---:|---:|---|"]
     failures = {}
-    for (nb, name), max_points in test_max.items():
-        failed = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name
-                  and not t["passed"]]
+    for (nb, name), (max_points, manual) in sorted(test_max.items(), key=lambda kv: kv[1][1]):
+        tests = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name]
+        failed = [t for t in tests if t["passed"] is False]
+        if manual:
+            to_grade = sum(1 for t in tests if t["passed"] is None)
+            lines.append(f"| {nb} | {name} (written) | {max_points:g} | {len(failed)}/{n} | "
+                         f"{to_grade} answer(s) to grade by hand |")
+            continue
         failures[(nb, name)] = len(failed)
         common = Counter(_first_line(t["message"]) for t in failed if t["message"]).most_common(1)
         message = f"{common[0][0]} ({common[0][1]}x)" if common else ""

@@ -35,45 +35,78 @@ class ZygoteError(RuntimeError):
 
 
 class Zygote:
-    """Client of :mod:`autograder.zygote`: a child process that forks kernels and rechecks on request."""
+    """Client of :mod:`autograder.zygote`: forks kernels and rechecks on request.
 
-    def __init__(self, log_path: Path, env: dict, startup_timeout: float = 300):
-        self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from autograder.zygote import main; main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, start_new_session=True,
-        )
+    With ``socket_path`` it connects to the run's shared zygote, which forks a private one for this worker; without,
+    it starts a private zygote process (slower: its own imports).
+    """
+
+    def __init__(self, socket_path: str | None = None, log_path: Path | None = None, env: dict | None = None,
+                 startup_timeout: float = 300):
         started = time.monotonic()
-        self.ready = self._read(startup_timeout)
+        self.proc = self.sock = None
+        if socket_path:
+            import socket
+
+            while True:
+                try:
+                    self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    self.sock.connect(socket_path)
+                    break
+                except OSError:
+                    self.sock.close()
+                    if time.monotonic() - started > startup_timeout:
+                        raise ZygoteError(f"no zygote at {socket_path} after {startup_timeout} s") from None
+                    time.sleep(0.2)
+            self.rfile, self.wfile = self.sock.makefile("rb"), self.sock.makefile("wb")
+            self.ready = {"ready": True}
+        else:
+            self.log = open(log_path, "ab")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from autograder.zygote import main; main()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, start_new_session=True,
+            )
+            self.rfile, self.wfile = self.proc.stdout, self.proc.stdin
+            self.ready = self._read(startup_timeout)
         self.startup_s = time.monotonic() - started
+        self.closed = False
 
     def _read(self, timeout: float | None) -> dict:
-        fd = self.proc.stdout.fileno()
-        ready, _, _ = select.select([fd], [], [], timeout)
+        ready, _, _ = select.select([self.rfile.fileno()], [], [], timeout)
         if not ready:
             raise ZygoteError(f"no answer from the zygote within {timeout} s")
-        line = self.proc.stdout.readline()
+        line = self.rfile.readline()
         if not line:
-            raise ZygoteError(f"the zygote exited (code {self.proc.poll()})")
+            self.closed = True
+            raise ZygoteError("the zygote exited")
         return json.loads(line)
 
     def request(self, req: dict, timeout: float | None = 60) -> dict:
         try:
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
+            self.wfile.write((json.dumps(req) + "\n").encode())
+            self.wfile.flush()
+        except OSError as exc:
+            self.closed = True
             raise ZygoteError(f"the zygote is gone: {exc}") from None
         return self._read(timeout)
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.closed and (self.proc is None or self.proc.poll() is None)
 
     def close(self) -> None:
-        if self.alive():
-            sandbox.kill_descendants(self.proc.pid)
-            self.proc.kill()
-        self.proc.wait()
-        self.log.close()
+        try:
+            if self.alive():
+                self.request({"op": "exit"}, timeout=10)
+        except (ZygoteError, OSError):
+            pass
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                sandbox.kill_descendants(self.proc.pid)
+                self.proc.kill()
+            self.proc.wait()
+            self.log.close()
+        if self.sock is not None:
+            self.sock.close()
 
 
 def base_policy(cfg: dict) -> dict:
@@ -82,7 +115,8 @@ def base_policy(cfg: dict) -> dict:
         read_dirs=[*sandbox.system_read_dirs(), *cfg["data_dirs"]],
         read_files=[str(p) for p in student_labutils_files()]
         + [str(REPO_ROOT / "autograder" / "__init__.py"), str(REPO_ROOT / "autograder" / "hidden.py")],
-        list_dirs=[str(REPO_ROOT / "labutils"), str(REPO_ROOT / "autograder")],
+        # no listing of labutils/ or autograder/: a module the zygote did not preload (the reference loop) is then
+        # simply not found, never read
         write_files=["/dev/null"],
         write_dirs=["/dev/shm"],
         memory_mb=cfg.get("memory_mb"),
@@ -194,13 +228,16 @@ def _read_grades(course: Path, student: str, notebook: str) -> list[dict]:
             if grade_id and cell.cell_type == "code":
                 messages[grade_id] = failure_message(cell.get("outputs", []))
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        order = [c.name for c in gb.find_notebook(notebook, ASSIGNMENT).source_cells]
+        source_nb = gb.find_notebook(notebook, ASSIGNMENT)
+        order = [c.name for c in source_nb.source_cells]
+        written = {c.name for c in source_nb.solution_cells}  # graded and answered by the student: graded by hand
         submission = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
         tests = []
         for grade in submission.grades:
             points = float(grade.score or 0.0)
             tests.append({
                 "name": grade.name,
+                "kind": "manual" if grade.name in written else "auto",
                 "points": points,
                 "max_points": float(grade.max_score),
                 "passed": points >= float(grade.max_score) and not grade.needs_manual_grade,
@@ -269,12 +306,17 @@ def grade_task(task: dict, cfg: dict, zygote: Zygote) -> dict:
 
 
 def start_zygote(cfg: dict) -> Zygote:
+    if cfg.get("zygote_socket"):
+        try:
+            return Zygote(socket_path=cfg["zygote_socket"], startup_timeout=60)
+        except ZygoteError as exc:
+            print(f"worker: shared zygote unavailable ({exc}); starting a private one", file=sys.stderr)
     work = Path(cfg["work_dir"])
     home = work / f"zygote-home-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HOME=str(home), MPLCONFIGDIR=str(home / "mpl"),
                MPLBACKEND="module://matplotlib_inline.backend_inline", LAB_MODE="grade")
-    return Zygote(work / f"zygote-{os.getpid()}.log", env)
+    return Zygote(log_path=work / f"zygote-{os.getpid()}.log", env=env)
 
 
 def main() -> None:
@@ -282,7 +324,13 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
-    cfg = json.loads(sys.stdin.readline())
+    import nbgrader.converters  # noqa: F401  (import while the parent is still preparing: the cfg comes later)
+    import nbgrader.preprocessors  # noqa: F401
+
+    line = sys.stdin.readline()
+    if not line:
+        return  # the parent had nothing for us
+    cfg = json.loads(line)
     from .grade import ensure_tools_on_path, fast_alembic_version
 
     ensure_tools_on_path()

@@ -77,8 +77,48 @@ def preload() -> list[str]:
         data.load_raw(False)
     except Exception as exc:
         print(f"zygote: could not preload FashionMNIST: {exc!r}", file=sys.stderr)
+    _prewarm_optimizers()
     torch.set_num_threads(threads)
+    leaked = sorted(set(sys.modules) & blocked_modules())
+    if leaked:
+        print(f"zygote: WARNING: student-facing modules imported the reference implementation {leaked}; "
+              "it is removed from kernels, which may break them", file=sys.stderr)
     return loaded
+
+
+def _prewarm_optimizers() -> None:
+    """torch wraps ``step`` of an optimizer class the first time one is built; do it now, so that a later change to
+    a torch class during a hidden test is always the student's doing (see autograder.recheck)."""
+    import torch
+
+    params = [torch.zeros(1, requires_grad=True)]
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer:
+            try:
+                cls(params)
+            except Exception:
+                pass
+
+
+def blocked_modules() -> set[str]:
+    from .handout import REFERENCE_MODULES
+
+    return {f"labutils.{name}" for name in REFERENCE_MODULES}
+
+
+class ReferenceBlocker:
+    """First on sys.meta_path in a student's process: the reference loop is not importable (Landlock also makes its
+    files unreadable; this turns that into a clean ModuleNotFoundError)."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r} (the lab's reference implementation is not part of "
+                                      "the handout)", name=name)
+        return None
 
 
 def _enter_child(req: dict, keep_fd: int | None = None) -> None:
@@ -111,6 +151,15 @@ def _enter_child(req: dict, keep_fd: int | None = None) -> None:
     torch.set_num_threads(int(req.get("threads") or 1))
     random.seed()  # a fresh process would have fresh Python and NumPy seeds; torch's default seed is fixed anyway
     np.random.seed()
+    import importlib
+    import tempfile
+
+    tempfile.tempdir = None  # the zygote cached /tmp; this process's TMPDIR is its own folder
+    blocked = blocked_modules()
+    for name in blocked:
+        sys.modules.pop(name, None)
+    sys.meta_path.insert(0, ReferenceBlocker(blocked))
+    importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
     sandbox.confine(sandbox.Policy(**req["policy"]))
 
 
@@ -182,18 +231,8 @@ def _kill_session(pid: int) -> None:
             pass
 
 
-def main() -> None:
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # anything printed by accident goes to the log, never into the reply channel
-    sys.stdout = sys.stderr
-    requests = os.fdopen(os.dup(0), "r")
-    null_fd = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null_fd, 0)
-    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here, not in init
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
-    started = time.monotonic()
-    loaded = preload()
-    replies.write(json.dumps({"ready": True, "preloaded": loaded, "seconds": time.monotonic() - started}) + "\n")
+def serve(requests, replies) -> None:
+    """Answer requests until the channel closes or says exit."""
     for line in requests:
         req = json.loads(line)
         op = req.get("op")
@@ -205,13 +244,65 @@ def main() -> None:
             elif op == "killall":
                 reply = {"killed": sandbox.kill_descendants(os.getpid())}
             elif op == "exit":
-                sandbox.kill_descendants(os.getpid())
                 break
             else:
                 reply = {"error": f"unknown op {op!r}"}
         except Exception as exc:
             reply = {"error": repr(exc)}
         replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    sandbox.kill_descendants(os.getpid())
+
+
+def _data_locations() -> dict:
+    from labutils import data
+
+    dirs = [str(data.DEBIAN_DIR), str(data.cache_dir())]
+    if os.environ.get("LAB_DATA_DIR"):
+        dirs.append(os.environ["LAB_DATA_DIR"])
+    return {"data_dirs": dirs, "cache_dir": str(data.cache_dir())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``main()``: serve stdin/stdout. ``main(["--socket", PATH])``: the shared zygote; every connection to PATH gets
+    its own forked zygote (so -j workers share one warm-up), which forks that worker's kernels."""
+    argv = sys.argv[1:] if argv is None else argv
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything printed by accident goes to the log, never into the reply channel
+    sys.stdout = sys.stderr
+    requests = os.fdopen(os.dup(0), "r")
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
+    started = time.monotonic()
+    loaded = preload()
+    ready = {"ready": True, "preloaded": loaded, "seconds": round(time.monotonic() - started, 2), **_data_locations()}
+    if "--socket" not in argv:
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here
+        replies.write(json.dumps(ready) + "\n")
+        serve(requests, replies)
+        return
+    import socket
+
+    path = argv[argv.index("--socket") + 1]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    replies.write(json.dumps(ready) + "\n")
+    while True:
+        conn, _ = listener.accept()
+        if os.fork() == 0:
+            code = 0
+            try:
+                listener.close()
+                ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+                serve(conn.makefile("r"), conn.makefile("w"))
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        conn.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""``python -m autograder release``: generate the student notebooks from ``solutions/`` and refresh ``notebooks/``.
+
+The solutions are the single source of truth. ``nbgrader generate_assignment`` turns each into its student version:
+solution regions become stubs, hidden tests disappear, test cells are locked and checksummed, outputs are cleared.
+It runs in a scratch course folder that holds copies of the notebooks only, so nothing else from ``solutions/`` can
+leak into the release, and the result is written flat into ``notebooks/NN_name.ipynb``.
+
+One change to nbgrader's defaults: :class:`NamedStubs` makes each stub name its task,
+``raise NotImplementedError("Lab 1: train_one_epoch")``, instead of a bare ``NotImplementedError()``, so a student
+who runs a cell too early is told which exercise is missing. No gradebook is written (``no_database``): a release
+needs none, and grading builds its own from ``solutions/``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from nbgrader import utils as nbgrader_utils
+from nbgrader.converters import GenerateAssignment
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import ClearSolutions, SaveCells
+from traitlets.config import Config
+
+ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
+BARE_STUB = "raise NotImplementedError()"
+_DEF = re.compile(r"^\s*def\s+(\w+)\s*\(")
+
+
+class NamedStubs(ClearSolutions):
+    """ClearSolutions whose stub says which task is missing: ``raise NotImplementedError("Lab 1: train_one_epoch")``
+    (the lab number from the notebook's ``NN_`` prefix, the name of the function the stub sits in)."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        if cell.cell_type == "code" and nbgrader_utils.is_solution(cell):
+            cell.source = name_stubs(cell.source, resources["unique_key"], cell.metadata["nbgrader"]["grade_id"])
+        return cell, resources
+
+
+def name_stubs(source: str, notebook_id: str, fallback: str) -> str:
+    """Replace each bare ``raise NotImplementedError()`` with one naming ``Lab N: <enclosing function>``."""
+    lab = int(notebook_id.split("_", 1)[0])
+    lines, function = [], fallback
+    for line in source.split("\n"):
+        if match := _DEF.match(line):
+            function = match.group(1)
+        if line.strip() == BARE_STUB:
+            line = line.replace(BARE_STUB, f'raise NotImplementedError("Lab {lab}: {function}")')
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _preprocessors() -> list:
+    """nbgrader's own list, with the named stubs and without the gradebook writer."""
+    chain = [NamedStubs if p is ClearSolutions else p for p in GenerateAssignment.class_traits()["preprocessors"].default()]
+    return [p for p in chain if p is not SaveCells]
+
+
+def generate(solutions: Path, out: Path) -> list[Path]:
+    """Run generate_assignment on every ``solutions/*.ipynb`` in a scratch course; copy the results into ``out``
+    (created if needed) and return their paths. Raises if nbgrader fails or a notebook goes missing."""
+    notebooks = sorted(Path(solutions).glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"no notebooks in {solutions}: nothing to release")
+    with tempfile.TemporaryDirectory(prefix="loop_lab-release-") as tmp:
+        course = Path(tmp)
+        source = course / "source" / ASSIGNMENT
+        source.mkdir(parents=True)
+        for nb in notebooks:  # copies of the notebooks only: nothing else can end up in the release
+            shutil.copyfile(nb, source / nb.name)
+        c = Config()
+        c.CourseDirectory.root = str(course)
+        c.CourseDirectory.assignment_id = ASSIGNMENT
+        c.GenerateAssignment.no_database = True
+        c.GenerateAssignment.preprocessors = _preprocessors()
+        converter = GenerateAssignment(coursedir=CourseDirectory(config=c), config=c)
+        converter.force = True
+        converter.start()  # raises NbGraderException (after logging the reason) when a notebook fails
+        released = course / "release" / ASSIGNMENT
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for nb in notebooks:
+            generated = released / nb.name
+            if not generated.exists():
+                raise RuntimeError(f"nbgrader did not produce {nb.name}")
+            shutil.copyfile(generated, out / nb.name)
+            written.append(out / nb.name)
+    return written
+
+
+def release(root: Path) -> list[Path]:
+    """Regenerate ``root/notebooks/`` from ``root/solutions/loop_lab/``: every student notebook rewritten, and any
+    notebook there without a solution removed. Returns the notebooks written."""
+    root = Path(root)
+    target = root / "notebooks"
+    with tempfile.TemporaryDirectory(prefix="loop_lab-notebooks-") as tmp:
+        fresh = generate(root / "solutions" / ASSIGNMENT, Path(tmp))  # all or nothing: fail before touching notebooks/
+        target.mkdir(exist_ok=True)
+        names = {path.name for path in fresh}
+        for stale in target.glob("*.ipynb"):
+            if stale.name not in names:
+                stale.unlink()
+        for path in fresh:
+            shutil.copyfile(path, target / path.name)
+    return sorted(target / name for name in names)

@@ -165,6 +165,7 @@ BUGGY = [
     Variant("resume_off_by_one", "resume", b.resume_off_by_one, "resume_step", "it should continue with step 9"),
     Variant("resume_restarts_epoch", "resume", b.resume_restarts_epoch, "exact_resume", "set_position"),
     Variant("resume_never_loads", "resume", b.resume_never_loads, "resume_step", "started again at step 1"),
+    Variant("resume_forgets_rng", "resume", b.resume_forgets_rng, "exact_resume", "the RNG state was not restored"),
     Variant("resume_saves_after_on_step", "resume", b.resume_saves_after_on_step, "save_every",
             "no checkpoint step-000004.pt existed"),
     # 08

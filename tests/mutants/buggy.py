@@ -815,6 +815,34 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
     return step
 
 
+def resume_forgets_rng(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, on_step=None):
+    """Loads the checkpoint by hand and restores everything but the RNG: the dropout masks after resuming differ."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        state = torch.load(latest, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step = state["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step)
+    return step
+
+
 def resume_never_loads(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, on_step=None):
     """Saves checkpoints but never looks for one: every run starts from scratch."""
     step = 0

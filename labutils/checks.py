@@ -1658,8 +1658,8 @@ def _rs_exact(c: ResumeCtx):
 
 
 def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
-    """Compare the resumed run's first optimizer step with the same step of the run that never stopped: same
-    weights before it? same learning rate? same gradient (same dropout masks)? The first difference names the culprit."""
+    """Compare the resumed run's first optimizer step with the same step of the run that never stopped: same weights
+    before it? same learning rate? same gradient (same dropout masks)? The first difference names the culprit."""
     full = [e for e in c.full.events if e.kind == "step"]
     resumed = [e for e in c.resumed.events if e.kind == "step"]
     if len(full) < step or not resumed:
@@ -1673,7 +1673,8 @@ def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
                 "scheduler's state.")
     if _differences(a.data["grads"], b.data["grads"]):
         return (f"{restore} computed a different gradient from the same weights and batch: the dropout masks differ, "
-                "so the RNG state was not restored (load_checkpoint restores it; restore_rng_state if you load by hand).")
+                "so the RNG state was not restored (load_checkpoint restores it; restore_rng_state if you load by "
+                "hand).")
     return (f"{restore} had the same weights, learning rate and gradient, but the update differed: restore the "
             "optimizer's state (AdamW's moment estimates).")
 

@@ -315,7 +315,7 @@ def _write_numbers(numbers: dict, fresh: bool = False) -> dict:
     return current
 
 
-def record(**numbers) -> dict:
+def record(**numbers) -> None:
     """Print the notebook's key numbers and, when ``LAB_ARTIFACTS`` is set, merge them into
     ``LAB_ARTIFACTS/<notebook_id>.json``.
 
@@ -327,7 +327,6 @@ def record(**numbers) -> dict:
     for key, value in numbers.items():
         print(f"{key:>16} = {value:.4g}" if isinstance(value, float) else f"{key:>16} = {value!r}")
     _write_numbers(numbers)
-    return numbers
 
 
 def save_figure(fig, name: str) -> None:

@@ -127,11 +127,26 @@ def generate_assignment(source: Path, course: Path, db_url: str) -> list[str]:
     c.CourseDirectory.db_url = db_url
     c.CourseDirectory.assignment_id = ASSIGNMENT
     c.GenerateAssignment.force = True
+    c.GenerateAssignment.preprocessors = _release_preprocessors()
     converter = GenerateAssignment(coursedir=CourseDirectory(config=c), config=c)
     converter.force = True
     converter.start()
     with Gradebook(db_url) as gb:
         return sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
+
+
+def _release_preprocessors() -> list:
+    """The release's preprocessors (its named stubs), with the gradebook writer: the gradebook then holds exactly
+    the cells the students were given."""
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.preprocessors import ClearSolutions
+
+    try:
+        from .release import NamedStubs
+    except ImportError:
+        NamedStubs = ClearSolutions
+    defaults = GenerateAssignment.class_traits()["preprocessors"].default()
+    return [NamedStubs if p is ClearSolutions else p for p in defaults]
 
 
 def fingerprint(paths: list[Path]) -> str:

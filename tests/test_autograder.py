@@ -1,0 +1,421 @@
+"""The autograder end to end, and its parts: submissions, sandbox, recheck, reports, handout.
+
+The big one, ``test_grade_the_class``, releases the notebooks, builds a class of sample submissions from the
+solutions, the release and the mutant corpus plus one student per pathological case (tests/autograder_cases), grades
+it with ``python -m autograder grade -j 2`` and compares grades.csv with the exact expected rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import hidden, sandbox
+from autograder.handout import REFERENCE_MODULES, build_handout
+from autograder.submissions import SubmissionsError, check_notebook, discover
+
+try:
+    from autograder_cases import build
+except ImportError:
+    from tests.autograder_cases import build
+
+REPO = Path(__file__).resolve().parents[1]
+SOLUTIONS = REPO / "solutions" / "loop_lab"
+PYTHON = sys.executable
+
+pytestmark = pytest.mark.autograder
+needs_solutions = pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9, reason="solutions/ not complete")
+needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() < 1, reason="this kernel has no Landlock")
+
+
+def run_cli(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "autograder", *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def released_notebooks(tmp: Path) -> Path:
+    """``autograder.release.release`` on a scratch copy of the solutions (the repo's notebooks/ is left alone)."""
+    from autograder.release import release
+
+    root = tmp / "release-root"
+    shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")
+    paths = release(root)
+    assert [p.stem for p in paths] == sorted(p.stem for p in SOLUTIONS.glob("*.ipynb"))
+    return root / "notebooks"
+
+
+# --- the whole class --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("class")
+    release_dir = released_notebooks(tmp)
+    out = tmp / "out"
+    students = build.build_class(SOLUTIONS, release_dir, REPO, out)
+    build.write_class(students, tmp / "submissions")
+    started = time.monotonic()
+    proc = run_cli("grade", tmp / "submissions", "--out", out, "-j", 2, "--timeout-cell", 30,
+                   "--timeout-notebook", 90, timeout=900)
+    seconds = time.monotonic() - started
+    print(proc.stderr[-6000:])
+    return {"students": students, "out": out, "proc": proc, "seconds": seconds,
+            "tests": build.load_tests(SOLUTIONS)}
+
+
+@pytest.mark.slow
+@needs_solutions
+def test_grade_the_class_exact_csv(graded_class):
+    proc, out = graded_class["proc"], graded_class["out"]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert graded_class["seconds"] < 600, f"grading the class took {graded_class['seconds']:.0f} s"
+    expected = build.expected_grades(graded_class["students"], graded_class["tests"])
+    got = build.read_csv(out / "grades.csv")
+    assert list(got[0]) == ["student", "notebook", "score", "max_score"]
+    mismatches = [(e, g) for e, g in zip(expected, got) if e != g]
+    assert not mismatches and len(got) == len(expected), "\n".join(f"expected {e}\n     got {g}" for e, g in
+                                                                   mismatches[:20])
+
+
+@pytest.mark.slow
+@needs_solutions
+def test_grade_the_class_messages_and_notes(graded_class):
+    out = graded_class["out"]
+    problems = []
+    for st in graded_class["students"]:
+        record = build.read_json(out / f"{st.name}.json")
+        assert record["graded"], st.name
+        tests = {(t["notebook"], t["name"]): t for t in record["tests"]}
+        assert {"notebook", "name", "points", "max_points", "passed", "message"} <= set(record["tests"][0])
+        for key in st.failing:
+            if tests[key]["passed"] is not False:
+                problems.append(f"{st.name}: {key} should fail, got {tests[key]}")
+        for key, piece in st.messages.items():
+            if piece not in tests[key]["message"]:
+                problems.append(f"{st.name}: {key} message lacks {piece!r}: {tests[key]['message'][:300]!r}")
+        if st.note:
+            notes = " | ".join(record["notes"] + [n for nb in record["notebooks"].values() for n in nb["notes"]])
+            if st.note not in notes:
+                problems.append(f"{st.name}: no note with {st.note!r}: {notes[:300]!r}")
+        for nb in st.unreadable:
+            if record["notebooks"][nb]["status"] != "unreadable":
+                problems.append(f"{st.name}: {nb} should be unreadable, got {record['notebooks'][nb]['status']}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
+@needs_solutions
+def test_grade_the_class_feedback_summary_and_isolation(graded_class):
+    out = graded_class["out"]
+    solutions_feedback = sorted((out / "feedback" / "solutions").glob("*.html"))
+    assert len(solutions_feedback) == 9
+    for html in (out / "feedback").rglob("*.html"):
+        text = html.read_text()
+        assert "BEGIN HIDDEN TESTS" not in text and "autograder.hidden" not in text, html
+    mutant = (out / "feedback" / "mutant-no-zero-grad" / "01_baseline.html").read_text()
+    assert "still in .grad from step 1" in mutant  # the failed test's explanation is in the student's feedback
+    summary = (out / "summary.md").read_text()
+    assert "Score distribution" in summary and "| 01_baseline | test_train_one_epoch |" in summary
+    assert (out / "summary.png").stat().st_size > 10_000
+    # the escape attempts: nothing written outside the student's folder, nothing read that is not the handout's
+    for path in (REPO / "solutions" / "loop_lab" / "HACKED.txt", REPO / "HACKED.txt", out / "HACKED.txt",
+                 Path("/tmp/looplab-hacked.txt")):
+        assert not path.exists(), f"a submission wrote {path}"
+    attempts = (out / "feedback" / "escape" / "02_scheduler.html").read_text()
+    assert "ModuleNotFoundError" in attempts and "PermissionError" in attempts
+    assert "WROTE" not in attempts and "&#39;READ&#39;" not in attempts and "'READ'" not in attempts
+    record = build.read_json(out / "escape.json")
+    assert record["notebooks"]["02_scheduler"]["score"] == record["notebooks"]["02_scheduler"]["max_score"] - sum(
+        t["max_points"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "manual")
+    # the gradebook holds every student, and the parent alone wrote it
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        assert sorted(s.id for s in gb.students) == sorted(s.name for s in graded_class["students"])
+
+
+# --- small pieces, on a throwaway assignment -------------------------------------------------------------------------
+
+
+def toy_notebook(body: str, extra_cells: tuple[str, ...] = ()) -> nbformat.NotebookNode:
+    def meta(gid, **kw):
+        return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3,
+                             "solution": False, "task": False, **kw}}
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Toy"),
+        nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=meta("add", solution=True)),
+        *[nbformat.v4.new_code_cell(src) for src in extra_cells],
+        nbformat.v4.new_code_cell('"""Check add"""\nassert add(1, 2) == 3',
+                                  metadata=meta("test_add", grade=True, locked=True, points=1)),
+    ]
+    return nb
+
+
+@pytest.mark.slow
+def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    nbformat.write(toy_notebook("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"),
+                   source / "00_toy.ipynb")
+    for name, cells in {"slow": ("import time\ntime.sleep(2.5)",) * 3, "quick": ()}.items():
+        (tmp_path / "subs" / name).mkdir(parents=True)
+        nbformat.write(toy_notebook("    return a + b\n", cells), tmp_path / "subs" / name / "00_toy.ipynb")
+    proc = run_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source,
+                   "--timeout-cell", 4, "--timeout-notebook", 6, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert build.read_csv(tmp_path / "out" / "grades.csv") == [
+        {"student": "quick", "notebook": "00_toy", "score": "1", "max_score": "1"},
+        {"student": "slow", "notebook": "00_toy", "score": "0", "max_score": "1"},
+    ]
+    slow = build.read_json(tmp_path / "out" / "slow.json")
+    assert "6 s time limit" in slow["tests"][0]["message"]
+    assert "kernels warm" in proc.stderr and "slowest" in proc.stderr  # progress is shown
+
+
+def test_discover_layouts(tmp_path):
+    ids = ["00_a", "01_b"]
+    nb = nbformat.writes(nbformat.v4.new_notebook())
+    for rel in ("flat/ann/00_a.ipynb", "flat/bob/01_b.ipynb", "course/submitted/cy/loop_lab/00_a.ipynb"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(nb)
+    flat = discover(tmp_path / "flat", ids)
+    assert [(s.student, sorted(s.notebooks)) for s in flat] == [("ann", ["00_a"]), ("bob", ["01_b"])]
+    nbgrader_layout = discover(tmp_path / "course", ids)
+    assert [(s.student, sorted(s.notebooks)) for s in nbgrader_layout] == [("cy", ["00_a"])]
+    single = discover(tmp_path / "flat" / "ann" / "00_a.ipynb", ids, student="dee")
+    assert [(s.student, sorted(s.notebooks)) for s in single] == [("dee", ["00_a"])]
+    with pytest.raises(SubmissionsError, match="does not exist"):
+        discover(tmp_path / "nowhere", ids)
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "00_a.ipynb").write_text(nb)
+    with pytest.raises(SubmissionsError, match="loose notebooks"):
+        discover(tmp_path / "loose", ids)
+
+
+def test_check_notebook_names_the_problem(tmp_path):
+    cases = {"empty": ("", "is empty"), "cut": ('{"cells": [', "not valid JSON"),
+             "other": ('{"a": 1}', "not a notebook"), "ok": (nbformat.writes(nbformat.v4.new_notebook()), None)}
+    for name, (text, expected) in cases.items():
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(text)
+        problem = check_notebook(path)
+        assert (problem is None) if expected is None else (expected in problem), (name, problem)
+
+
+def test_cli_usage_errors(tmp_path):
+    proc = run_cli("grade", tmp_path / "missing", "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = run_cli("grade", tmp_path, "--out", tmp_path / "out", "--memory-limit", 100, timeout=120)
+    assert proc.returncode == 2 and "too small" in proc.stderr
+    proc = run_cli("grade", tmp_path, timeout=120)
+    assert proc.returncode == 2 and "--out" in proc.stderr
+
+
+# --- the sandbox and the recheck -------------------------------------------------------------------------------------
+
+
+@needs_landlock
+def test_sandbox_blocks_writes_reads_and_network(tmp_path):
+    allowed = tmp_path / "mine"
+    allowed.mkdir()
+    script = f"""
+import json, os, socket, sys
+from autograder import sandbox
+policy = sandbox.Policy(write_dirs=[{str(allowed)!r}], read_dirs=sandbox.system_read_dirs(), memory_mb=6000)
+sandbox.confine(policy)
+result = {{}}
+for path in [{str(allowed / 'ok.txt')!r}, {str(tmp_path / 'escape.txt')!r}, {str(REPO / 'HACKED.txt')!r}]:
+    try:
+        open(path, 'w').write('x'); result[path] = 'wrote'
+    except OSError as exc:
+        result[path] = type(exc).__name__
+try:
+    open({str(REPO / 'docs' / 'exercises.md')!r}).read(); result['read'] = 'read'
+except OSError as exc:
+    result['read'] = type(exc).__name__
+try:
+    socket.create_connection(('127.0.0.1', 9), timeout=2); result['net'] = 'connected'
+except OSError as exc:
+    result['net'] = type(exc).__name__
+try:
+    bytearray(8 << 30); result['memory'] = 'allocated'
+except MemoryError:
+    result['memory'] = 'MemoryError'
+print(json.dumps(result))
+"""
+    proc = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result[str(allowed / "ok.txt")] == "wrote"
+    assert result[str(tmp_path / "escape.txt")] == "PermissionError"
+    assert result[str(REPO / "HACKED.txt")] == "PermissionError"
+    assert result["read"] == "PermissionError"
+    assert result["net"] in ("PermissionError", "ConnectionRefusedError") and result["net"] != "connected"
+    assert result["memory"] == "MemoryError"
+
+
+def test_snapshot_restores_and_reports_monkeypatching():
+    import torch
+
+    from autograder.recheck import Snapshot
+
+    snap = Snapshot()
+    original_allclose, original_step = torch.allclose, torch.optim.SGD.step
+    try:
+        torch.allclose = lambda *a, **k: True
+        torch.optim.SGD.step = lambda self, closure=None: None
+        torch.optim.SGD.zero_grad_extra = lambda self: None
+        changed = snap.tampered()
+        assert "torch.allclose" in changed
+        assert any(c.startswith("torch.optim.sgd.SGD.step") for c in changed)
+        assert any("zero_grad_extra" in c for c in changed)
+        snap.restore()
+        assert torch.allclose is original_allclose and torch.optim.SGD.step is original_step
+        assert not hasattr(torch.optim.SGD, "zero_grad_extra")
+        assert snap.tampered() == []
+    finally:
+        torch.allclose, torch.optim.SGD.step = original_allclose, original_step
+
+
+@needs_solutions
+def test_hidden_verify_in_a_notebook_namespace():
+    mutants = build._mutants()
+    variants = {v.name: v for v in mutants.VARIANTS}
+    namespace = {"train_one_epoch": variants["baseline_canonical"].function}
+    assert hidden.run_check("01_baseline", "train_one_epoch", namespace)[0] is True
+    namespace = {"train_one_epoch": variants["no_zero_grad"].function}
+    passed, message = hidden.run_check("01_baseline", "train_one_epoch", namespace)
+    assert not passed and "still in .grad from step 1" in message
+    passed, message = hidden.run_check("01_baseline", "train_one_epoch", {})
+    assert not passed and "train_one_epoch is not defined" in message
+    with pytest.raises(ValueError, match="no hidden test"):
+        hidden.verify("01_baseline", "nope")
+
+
+def test_feedback_scrub_keeps_the_message_only():
+    from autograder.execute import ScrubHiddenTests
+
+    cell = nbformat.v4.new_code_cell(
+        '"""Check x"""\ncheck()\n### BEGIN HIDDEN TESTS\nfrom autograder.hidden import verify\nverify("a", "b")\n'
+        "### END HIDDEN TESTS\n",
+        metadata={"nbgrader": {"grade": True, "grade_id": "t", "points": 1, "locked": True, "solution": False}})
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="the step is wrong",
+                                           traceback=["File hidden.py line 3", "verify(...)"])]
+    cell, _ = ScrubHiddenTests().preprocess_cell(cell, {}, 0)
+    assert "verify" not in cell.source and "hidden tests ran here" in cell.source
+    assert cell.outputs[0]["traceback"] == ["AssertionError: the step is wrong"]
+
+
+# --- the handout ---------------------------------------------------------------------------------------------------------
+
+
+def _norm(line: str) -> str:
+    return re.sub(r"\s+", " ", line.strip())
+
+
+def _code_lines(text: str) -> list[str]:
+    """Non-trivial code lines, whitespace-normalised: no blanks, comments, docstring quotes or short lines."""
+    lines = (_norm(line) for line in text.splitlines())
+    return [line for line in lines if len(line) >= 12 and not line.startswith(("#", '"""', "'''"))]
+
+
+def solution_blocks() -> list[tuple[str, list[str]]]:
+    """(notebook, code lines) of every ``### BEGIN SOLUTION`` region of the solutions."""
+    blocks = []
+    for path in sorted(SOLUTIONS.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            current = None
+            for line in cell.source.splitlines():
+                if "### BEGIN SOLUTION" in line:
+                    current = []
+                elif "### END SOLUTION" in line and current is not None:
+                    blocks.append((path.stem, _code_lines("\n".join(current))))
+                    current = None
+                elif current is not None:
+                    current.append(line)
+    return blocks
+
+
+def solution_leaks(name: str, text: str, blocks) -> list[str]:
+    """Where ``text`` (a handout file) repeats solution code: three consecutive solution lines anywhere, or, in a
+    student notebook, any long line of that notebook's own solutions."""
+    if name.endswith(".ipynb"):
+        sources = [c.source for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "code"]
+    else:
+        sources = [text]
+    lines = [line for src in sources for line in _code_lines(src)]
+    windows = {tuple(lines[i:i + 3]) for i in range(len(lines) - 2)}
+    leaks = []
+    for notebook, block in blocks:
+        for i in range(len(block) - 2):
+            if tuple(block[i:i + 3]) in windows:
+                leaks.append(f"{name}: repeats the {notebook} solution lines {block[i:i + 3]}")
+                break
+        if name.endswith(f"/{notebook}.ipynb"):
+            leaks += [f"{name}: its own solution line {line!r}" for line in block if len(line) >= 25 and
+                      line in lines]
+    return leaks
+
+
+@needs_solutions
+def test_handout_leaks_nothing_and_still_imports(tmp_path):
+    release_dir = released_notebooks(tmp_path)
+    root = tmp_path / "release-root"
+    for name in ("labutils", "requirements.txt"):
+        src = REPO / name
+        shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir() \
+            else shutil.copyfile(src, root / name)
+    zip_path = tmp_path / "dist" / "loop_lab.zip"
+    proc = run_cli("--root", root, "handout", "--out", zip_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with zipfile.ZipFile(zip_path) as zf:
+        names = zf.namelist()
+        contents = {n: zf.read(n).decode("utf-8", "replace") for n in names}
+        zf.extractall(tmp_path / "unzipped")
+    assert sorted(n for n in names if n.startswith("loop_lab/notebooks/")) == sorted(
+        f"loop_lab/notebooks/{p.name}" for p in release_dir.glob("*.ipynb"))
+    assert {"loop_lab/README.md", "loop_lab/requirements.txt", "loop_lab/labutils/checks.py"} <= set(names)
+    for module in REFERENCE_MODULES:
+        assert f"loop_lab/labutils/{module}.py" not in names
+    assert not any(n.startswith(("loop_lab/solutions", "loop_lab/autograder")) or "__pycache__" in n for n in names)
+    leaks = []
+    blocks = solution_blocks()
+    assert len(blocks) >= 10
+    for name, text in contents.items():
+        for marker in ("### BEGIN SOLUTION", "### END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+            if marker in text:
+                leaks.append(f"{name}: {marker}")
+        if re.search(r"^\s*(from|import)\s+autograder\b|autograder\.hidden", text, re.M):
+            leaks.append(f"{name}: imports autograder")
+        for module in REFERENCE_MODULES:
+            if re.search(rf"^\s*(from\s+(labutils)?\.?{module}\s+import|import\s+labutils\.{module}\b|"
+                         rf"from\s+labutils\s+import\s+.*\b{module}\b)", text, re.M):
+                leaks.append(f"{name}: imports the reference module labutils.{module}")
+        leaks += solution_leaks(name, text, blocks)
+    assert not leaks, "\n".join(leaks[:30])
+    # the handout's notebooks import only what the handout has (not the repo's editable labutils)
+    unzipped = tmp_path / "unzipped" / "loop_lab"
+    imports = set()
+    for nb_path in (unzipped / "notebooks").glob("*.ipynb"):
+        for cell in nbformat.read(nb_path, as_version=4).cells:
+            if cell.cell_type == "code":
+                imports |= {line.strip() for line in cell.source.splitlines()
+                            if re.match(r"\s*(from|import)\s+labutils\b", line) and not line.rstrip().endswith("(")}
+    assert imports, "the notebooks import nothing from labutils?"
+    script = "import sys; sys.path.insert(0, sys.argv[1]); import labutils\n" \
+             "assert labutils.__file__.startswith(sys.argv[1]), labutils.__file__\n" + "\n".join(sorted(imports))
+    proc = subprocess.run([PYTHON, "-c", script, str(unzipped)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env=dict(os.environ, MPLBACKEND="Agg"))
+    assert proc.returncode == 0, proc.stderr[-3000:]

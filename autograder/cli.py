@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
         return 0
-    from .grade import GradeOptions, grade
+    from .grade import GradeOptions, GradingSetupError, grade
     from .submissions import SubmissionsError
 
     if args.memory_limit < 3000:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                            student=args.student, source=args.source, keep_work=args.keep_work)
     try:
         result = grade(args.submissions, args.out, options, root=args.root)
-    except (SubmissionsError, FileNotFoundError) as exc:
+    except (SubmissionsError, FileNotFoundError, GradingSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if result.complete else 1

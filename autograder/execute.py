@@ -53,6 +53,7 @@ class TaskContext:
     notes: list[str] = field(default_factory=list)  # for the student's JSON
     timings: dict = field(default_factory=dict)
     rechecks: list[dict] = field(default_factory=list)
+    fatal: str | None = None  # why the grader itself could not grade this notebook
 
 
 CONTEXT: TaskContext | None = None
@@ -141,6 +142,10 @@ class ZygoteKernelManager(AsyncKernelManager):
 # --- execution ---------------------------------------------------------------------------------------------------------
 
 
+class KernelStartError(RuntimeError):
+    """The kernel died before running any cell: a problem of the grading set-up, not of the submission."""
+
+
 def _error(ename: str, message: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
 
@@ -170,7 +175,7 @@ class SandboxedExecute(Execute):
         cell_limit = self._cell_limit = self.timeout
         started = time.monotonic()
         deadline = started + self.notebook_timeout
-        stop_reason, stopped_at, timed_out = None, None, set()
+        stop_reason, stopped_at, timed_out, started_cells = None, None, set(), 0
         try:
             with self.setup_kernel():
                 info = self.wait_for_reply(self.kc.kernel_info())
@@ -185,6 +190,7 @@ class SandboxedExecute(Execute):
                         stopped_at = index
                         break
                     self.timeout = int(max(1, min(cell_limit, left)))
+                    started_cells += 1
                     try:
                         self.preprocess_cell(cell, resources, index)
                     except DeadKernelError:
@@ -210,7 +216,11 @@ class SandboxedExecute(Execute):
                                 o["traceback"] = [f"CellTimeoutError: {o['evalue']}"]
                     if utils.is_grade(cell):
                         _stderr_is_not_failure(cell)
-        except Exception as exc:  # the kernel would not start, or the client broke: the notebook is not gradable
+        except Exception as exc:  # the client broke mid-way: the rest of the notebook is not gradable
+            if not started_cells:  # no student code ran yet: the grader (limits, environment) is at fault
+                ctx.fatal = (f"the kernel did not start ({type(exc).__name__}: {exc}); is --memory-limit "
+                             f"({ctx.policy.get('memory_mb')} MB) too small?")
+                raise KernelStartError(ctx.fatal) from exc
             stop_reason = f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})"
             stopped_at = 0 if stopped_at is None else stopped_at
         ctx.timings["kernel_s"] = round(time.monotonic() - started, 2)

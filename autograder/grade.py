@@ -36,13 +36,20 @@ NOTEBOOK_COST = {"08_stretch": 4.0, "07_crash_resume": 3.0, "05_amp": 2.5, "00_d
                  "06_checkpointing": 1.2, "02_scheduler": 1.1, "01_baseline": 1.0, "03_clipping": 1.0}
 
 
+KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
+
+
+class GradingSetupError(RuntimeError):
+    """The run cannot grade anyone as configured (a limit too small for torch, no zygote)."""
+
+
 @dataclass
 class GradeOptions:
     jobs: int = 2
     db_url: str | None = None  # default: sqlite:///OUT/gradebook.db
     cell_timeout: int = 120
     notebook_timeout: int = 600
-    memory_mb: int = 6144
+    memory_mb: int = 6144  # torch + ipykernel map ~4.7 GB of address space before a cell runs
     student: str | None = None  # the student id when SUBMISSIONS is a single .ipynb
     source: Path | None = None  # the assignment's source folder; default solutions/loop_lab
     keep_work: bool = False
@@ -231,7 +238,8 @@ class SharedZygote:
         self.socket = str(work / "zygote.sock")
         self.log = open(work / "zygote.log", "ab")
         env = dict(os.environ, HOME=str(work / "zygote-home"), MPLCONFIGDIR=str(work / "zygote-home" / "mpl"),
-                   MPLBACKEND="module://matplotlib_inline.backend_inline", LAB_MODE="grade")
+                   MPLBACKEND="module://matplotlib_inline.backend_inline", LAB_MODE="grade",
+                   MALLOC_ARENA_MAX="2")  # fewer 64 MB malloc arenas per thread: the memory limit measures data
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from autograder.zygote import main; main(['--socket', {self.socket!r}])"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env=env, start_new_session=True,
@@ -354,6 +362,11 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
 
         if tasks:
             info = zygote.wait_ready()
+            floor = info.get("vm_mb", 0) + KERNEL_HEADROOM_MB
+            if opts.memory_mb < floor:
+                raise GradingSetupError(
+                    f"--memory-limit {opts.memory_mb} MB is below what a kernel needs to start here: the imports "
+                    f"alone map {info.get('vm_mb')} MB of address space; use at least {floor} MB")
             log(f"kernels warm after {_fmt(time.monotonic() - started)} (torch, labutils and the data imported "
                 f"once, in {info.get('seconds', 0):.1f} s)")
             cfg = {

@@ -53,8 +53,28 @@ include = ["labutils*"]
 
 
 def student_labutils_files(root: Path = REPO_ROOT) -> list[Path]:
-    """labutils' Python files minus the reference modules, sorted."""
-    return sorted(p for p in (root / "labutils").glob("*.py") if p.stem not in REFERENCE_MODULES)
+    """Every file of labutils (sub-packages included) except the reference modules and caches, sorted."""
+    package = root / "labutils"
+    files = []
+    for path in sorted(package.rglob("*")):
+        rel = path.relative_to(package)
+        if not path.is_file() or "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        if rel.parts[0].split(".")[0] in REFERENCE_MODULES or any(part.startswith(".") for part in rel.parts):
+            continue
+        files.append(path)
+    return files
+
+
+def student_module_names(root: Path = REPO_ROOT) -> list[str]:
+    """Dotted names of the student-facing labutils modules (``labutils``, ``labutils.checks.train``, ...)."""
+    names = []
+    for path in student_labutils_files(root):
+        if path.suffix != ".py":
+            continue
+        parts = path.relative_to(root).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
 
 
 def handout_members(root: Path = REPO_ROOT) -> dict[str, Path | str]:
@@ -65,8 +85,8 @@ def handout_members(root: Path = REPO_ROOT) -> dict[str, Path | str]:
         raise FileNotFoundError(f"no notebooks in {root / 'notebooks'}: run `python -m autograder release` first")
     for nb in notebooks:
         members[f"{HANDOUT_DIR}/notebooks/{nb.name}"] = nb
-    for py in student_labutils_files(root):
-        members[f"{HANDOUT_DIR}/labutils/{py.name}"] = py
+    for path in student_labutils_files(root):
+        members[f"{HANDOUT_DIR}/{path.relative_to(root).as_posix()}"] = path
     members[f"{HANDOUT_DIR}/requirements.txt"] = student_requirements(root)
     members[f"{HANDOUT_DIR}/pyproject.toml"] = PYPROJECT
     members[f"{HANDOUT_DIR}/README.md"] = README

@@ -289,7 +289,8 @@ def grade_task(task: dict, cfg: dict, zygote: Zygote) -> dict:
     except Exception as exc:
         result["status"] = "error"
         detail = errors.messages[-1] if errors.messages else ""
-        result["error"] = f"{type(exc).__name__}: {exc}" + (f" ({detail.splitlines()[-1]})" if detail else "")
+        result["error"] = ctx.fatal or (f"{type(exc).__name__}: {exc}"
+                                        + (f" ({detail.splitlines()[-1]})" if detail else ""))
         result["traceback"] = traceback.format_exc() + "\n".join(errors.messages[-5:])
     finally:
         logging.getLogger().removeHandler(errors)

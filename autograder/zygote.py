@@ -30,9 +30,9 @@ RESULT_FD = 3  # where a recheck child writes its results
 
 def student_modules() -> list[str]:
     """The labutils modules a student may import (the handout's), as dotted names."""
-    from .handout import student_labutils_files
+    from .handout import student_module_names
 
-    return ["labutils." + p.stem if p.stem != "__init__" else "labutils" for p in student_labutils_files()]
+    return student_module_names()
 
 
 PRELOAD = [
@@ -254,6 +254,14 @@ def serve(requests, replies) -> None:
     sandbox.kill_descendants(os.getpid())
 
 
+def _vm_size_mb() -> int:
+    """This process's address space after the imports: every kernel starts at least this big."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
 def _data_locations() -> dict:
     from labutils import data
 
@@ -276,7 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
     started = time.monotonic()
     loaded = preload()
-    ready = {"ready": True, "preloaded": loaded, "seconds": round(time.monotonic() - started, 2), **_data_locations()}
+    ready = {"ready": True, "preloaded": loaded, "seconds": round(time.monotonic() - started, 2),
+             "vm_mb": _vm_size_mb(), **_data_locations()}
     if "--socket" not in argv:
         ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here
         replies.write(json.dumps(ready) + "\n")

@@ -386,7 +386,8 @@ def test_handout_leaks_nothing_and_still_imports(tmp_path):
         zf.extractall(tmp_path / "unzipped")
     assert sorted(n for n in names if n.startswith("loop_lab/notebooks/")) == sorted(
         f"loop_lab/notebooks/{p.name}" for p in release_dir.glob("*.ipynb"))
-    assert {"loop_lab/README.md", "loop_lab/requirements.txt", "loop_lab/labutils/checks.py"} <= set(names)
+    assert {"loop_lab/README.md", "loop_lab/requirements.txt", "loop_lab/labutils/__init__.py"} <= set(names)
+    assert any(n.startswith("loop_lab/labutils/checks") for n in names)
     for module in REFERENCE_MODULES:
         assert f"loop_lab/labutils/{module}.py" not in names
     assert not any(n.startswith(("loop_lab/solutions", "loop_lab/autograder")) or "__pycache__" in n for n in names)

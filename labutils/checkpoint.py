@@ -220,6 +220,28 @@ def _warn_if_environment_differs(state: dict, name: str) -> None:
                       stacklevel=3)
 
 
+# --- comparing two states --------------------------------------------------------------------------------------------
+
+
+def compare_states(a, b, where: str = "") -> list[str]:
+    """Every place where two nested states (dicts, lists, tensors, numbers) differ, as paths like ``model.fc.weight``.
+
+    Tensors must match in dtype, shape and every bit; two NaN numbers count as equal. ``[]`` means identical: the
+    proof that a resumed run is the run that never stopped.
+    """
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return [] if a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) else [where or "<root>"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{where} (keys differ)"]
+        return [d for k in a for d in compare_states(a[k], b[k], f"{where}.{k}" if where else str(k))]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{where} (lengths differ)"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in compare_states(x, y, f"{where}[{i}]")]
+    return [] if a == b or (a != a and b != b) else [where or "<root>"]
+
+
 # --- rotation and recovery -------------------------------------------------------------------------------------------
 
 

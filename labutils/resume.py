@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint import compare_states
 from .config import LabConfig
 from .loop import FINAL_NAME
 from .steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path, read_log
@@ -50,21 +51,6 @@ def run_training(cfg: LabConfig) -> int:
     """Run ``python -m labutils train`` for ``cfg`` in a fresh process; returns its exit code."""
     cmd = [sys.executable, "-m", "labutils", "train", *config_to_args(cfg)]
     return subprocess.run(cmd, stdout=sys.stdout, stderr=sys.stderr).returncode
-
-
-def compare_states(a, b, where: str = "") -> list[str]:
-    """Every place where two nested checkpoint structures differ; tensors compared with ``torch.equal``."""
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return [] if a.dtype == b.dtype and torch.equal(a, b) else [where or "<root>"]
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return [f"{where}: keys differ"]
-        return [d for k in a for d in compare_states(a[k], b[k], f"{where}.{k}" if where else str(k))]
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if len(a) != len(b):
-            return [f"{where}: lengths differ"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in compare_states(x, y, f"{where}[{i}]")]
-    return [] if a == b else [where or "<root>"]
 
 
 def merge_logs(first: list[dict], second: list[dict], resume_step: int) -> list[dict]:

@@ -17,6 +17,7 @@ import torch.nn.utils.clip_grad as clip_grad_module
 from torch.nn.utils import clip_grad_norm_
 
 from labutils import checks
+from labutils.checkpoint import compare_states
 from labutils.checks import (CheckReport, check_checkpoint, check_evaluate, check_normalize, check_param_groups,
                              check_resume, check_train_one_epoch, show_trace)
 from labutils.models import SmallCNN
@@ -115,7 +116,7 @@ def test_tracing_leaves_results_bit_identical():
     traced_model, traced_opt, tracer = _amp_clip_accum_run(traced=True)
     for a, b in zip(plain_model.state_dict().values(), traced_model.state_dict().values()):
         assert torch.equal(a, b)
-    assert checks._differences(plain_opt.state_dict(), traced_opt.state_dict()) == []
+    assert compare_states(plain_opt.state_dict(), traced_opt.state_dict()) == []
     kinds = [e.kind for e in tracer.events]
     assert kinds.count("step") == 4 and kinds.count("clip") == 4 and kinds.count("backward") == 7
 

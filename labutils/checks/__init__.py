@@ -1,0 +1,38 @@
+"""Checks for every graded function of the lab: run it on tiny data, trace what it did, say what is wrong and why.
+
+Each check calls the student's function exactly as docs/exercises.md states its contract, on a few dozen random images
+and a tiny SmallCNN, while a :class:`labutils.trace.Tracer` records what the loop did. Then it recomputes what should
+have happened with plain PyTorch (PyTorch is the oracle: the gradient of the mean cross-entropy over the step's batch,
+clipped to ``max_norm``, at the very parameters the loop used) and compares. Nothing is checked textually, so any
+correct way of writing a function passes.
+
+A report names the failing check, the step, what was observed, the student's trace beside the expected order, and
+the fix in one sentence. Checks depend on each other: when one root mistake breaks several (no ``zero_grad`` also makes
+the applied gradient wrong), only the root is reported and the checks that depend on it are listed as not run.
+
+Public API: check_normalize, check_train_one_epoch, check_evaluate, check_checkpoint, check_resume,
+check_param_groups, show_trace, CheckReport.
+
+The modules, shared parts first, then one per exercise in the order of the lab:
+
+- ``world``: the tiny data and model, the contracts; ``calling``: running the student's function safely;
+  ``report``: CheckReport, Failure, the trace beside the expected order.
+- ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in
+  ``train_order``, ``train_amp`` and ``train_values``; ``evaluate`` (01); ``checkpointing`` (06); ``resumable`` (07);
+  ``param_groups`` (08); ``show``: show_trace.
+"""
+
+from .calling import SimulatedCrash
+from .checkpointing import check_checkpoint
+from .evaluate import check_evaluate
+from .normalize import check_normalize
+from .param_groups import check_param_groups
+from .report import CheckReport, Failure
+from .resumable import check_resume
+from .show import show_trace
+from .train import check_train_one_epoch
+from .world import FORBIDDEN, TRAIN_EXERCISES
+
+__all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "check_checkpoint",
+           "check_evaluate", "check_normalize", "check_param_groups", "check_resume", "check_train_one_epoch",
+           "show_trace"]

@@ -1,0 +1,146 @@
+"""Calling the student's function: check its signature, run it under a tracer, and turn what went wrong into words.
+
+A student's exception is never re-raised: it becomes a :class:`Failure` that points at the line in their code. A check
+leaves the caller as it found it (RNG streams, thread count, grad mode, warnings filters).
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import numbers
+import random
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
+from .report import CheckReport, Failure
+from .world import CONTRACTS, NOTEBOOKS
+
+
+class SimulatedCrash(BaseException):
+    """What check_resume's ``on_step`` raises to stop a run mid-epoch (a BaseException: ``except Exception`` in the
+    student's loop must not swallow the crash)."""
+
+
+@dataclass
+class Run:
+    """What one call of a graded function did."""
+
+    events: list[Event]
+    result: object = None
+    error: BaseException | None = None
+    reference: str | None = None  # the lab function it handed its work to, if any
+    crashed: bool = False  # our SimulatedCrash came out, as intended
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and self.reference is None and not self.crashed
+
+
+def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
+    run = Run(tracer.events)
+    with tracer:
+        try:
+            run.result = fn(*args, **(kwargs or {}))
+        except ReferenceCalled as exc:
+            run.reference = exc.name
+        except SimulatedCrash:
+            run.crashed = True
+        except (Exception, TooManyEvents) as exc:  # the student's bug: reported as a failure, never re-raised
+            run.error = exc
+    if run.reference is None:
+        run.reference = next((e.info["name"] for e in run.events if e.kind == "reference"), None)
+    return run
+
+
+@contextmanager
+def _isolated():
+    """Checks leave the caller as they found it: RNG streams, thread count, grad mode and warnings filters."""
+    py_state, np_state, threads = random.getstate(), np.random.get_state(), torch.get_num_threads()
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), torch.inference_mode(False), \
+            torch.enable_grad():
+        warnings.simplefilter("ignore")  # e.g. "lr_scheduler.step() before optimizer.step()": we say it better
+        torch.set_num_threads(1)  # tiny tensors: threads only add overhead, and stall badly on a busy machine
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+def _exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
+    """'train_one_epoch raised KeyError at line 7 (`...`): ...' pointing into the student's code, not torch's."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if code is not None and tb.tb_frame.f_code.co_filename == code.co_filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    where = ""
+    if line is not None:
+        source = linecache.getline(code.co_filename, line).strip()
+        where = f" at line {line - code.co_firstlineno + 1} of {name}" + (f" (`{source}`)" if source else "")
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    return Failure("exception", f"{name}{when} raised {type(exc).__name__}{where}: {text}")
+
+
+def _reference_failure(name: str, reference: str) -> Failure:
+    return Failure("uses_reference", f"{name} called {reference}, the lab's own reference implementation: the "
+                   f"exercise is to write this part yourself. Replace the call with your own code.")
+
+
+def _check_signature(report: CheckReport, fn, name: str, contract: str, keywords=()) -> bool:
+    """Can ``fn`` be called the way the contract calls it? Says which parameter is missing when it cannot."""
+    params = CONTRACTS[contract]
+    wanted = f"{name}({', '.join(params + tuple(f'{k}=None' for k in keywords))})"
+    if not callable(fn):
+        report.failures.append(Failure("signature", f"{name} is a {type(fn).__name__}, not a function: define "
+                                                    f"def {wanted}:"))
+        return False
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True  # a builtin or C function: just call it
+    theirs = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    try:
+        sig.bind(*params, **{k: None for k in keywords})
+    except TypeError:
+        missing = [p for p in params + tuple(keywords) if p not in sig.parameters]
+        if not missing or len(missing) == len(params + tuple(keywords)):
+            missing = list(params[len(theirs):]) or list(keywords)
+        what = f"is missing {', '.join(missing)}" if missing else "takes different parameters"
+        report.failures.append(Failure("signature", f"{name}({', '.join(sig.parameters)}) {what}: the "
+                                                    f"{NOTEBOOKS[contract]} contract is {wanted}. Use that exact "
+                                                    f"parameter list, in that order."))
+        return False
+    if sorted(theirs[: len(params)]) == sorted(params) and theirs[: len(params)] != list(params):
+        report.failures.append(Failure("signature", f"{name}({', '.join(theirs)}) has the contract's parameters in "
+                                                    f"a different order: callers pass them as {wanted}."))
+        return False
+    return True
+
+
+def _number_problem(value, what: str) -> str | None:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return None
+    if isinstance(value, torch.Tensor):
+        return (f"{what} is a tensor: return a Python float with .item() (a tensor that requires grad also keeps "
+                f"every batch's graph alive)")
+    return f"{what} is {_show(value)}, not a number"
+
+
+def _show(value) -> str:
+    """A returned value as a student recognises it: small values as they are, big ones by their type."""
+    if value is None or isinstance(value, (bool, numbers.Number, str)):
+        return repr(value)[:60]
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)) and len(value) <= 3 and all(isinstance(v, numbers.Number) for v in value):
+        return repr(value)
+    return f"a {type(value).__name__}" + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else "")

@@ -1,0 +1,286 @@
+"""check_checkpoint (06_checkpointing): save mid-training, load into fresh objects, train on; the two runs must match
+bit for bit, the file must appear atomically and load with ``weights_only=True``, and ``scaler=None`` must work.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LinearLR
+
+from ..checkpoint import compare_states
+from ..data import normalize
+from ..trace import Tracer
+from .calling import Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
+from .report import CheckReport, Failure, _beside, _run_stages
+from .world import FORBIDDEN, INIT_SCALE, SEED, _images, _tiny_model
+
+
+@dataclass
+class _Objects:
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    scaler: object
+
+
+def _ckpt_objects(seed: int, scaler: bool = True) -> _Objects:
+    torch.manual_seed(seed)
+    model = _tiny_model(dropout=0.5, gain=1.0)  # dropout: the resumed run needs the RNG state too
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # moment estimates: optimizer state matters
+    scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=10)
+    # growth_interval=2: the loss scale has moved by the time of the save, so a missing scaler state shows
+    grad_scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=2) if scaler else None
+    model.train()
+    return _Objects(model, optimizer, scheduler, grad_scaler)
+
+
+def _train_steps(o: _Objects, batches) -> None:
+    for x, y in batches:
+        o.optimizer.zero_grad()
+        loss = F.cross_entropy(o.model(x), y)
+        if o.scaler is not None:
+            o.scaler.scale(loss).backward()
+            o.scaler.step(o.optimizer)
+            o.scaler.update()
+        else:
+            loss.backward()
+            o.optimizer.step()
+        o.scheduler.step()
+
+
+def _state_of(o: _Objects) -> dict:
+    return copy.deepcopy({"model": o.model.state_dict(), "optimizer": o.optimizer.state_dict(),
+                          "scheduler": o.scheduler.state_dict(),
+                          "scaler": o.scaler.state_dict() if o.scaler is not None else None,
+                          "rng": torch.get_rng_state()})
+
+
+# what a complete checkpoint holds: how to recognise it in any key layout, and how to describe it
+_PARTS = {
+    "model": ("the model's weights", "model.state_dict()"),
+    "optimizer": ("the optimizer state (AdamW's moment estimates and step counts)", "optimizer.state_dict()"),
+    "scheduler": ("the scheduler state (how far the learning-rate schedule has gone)", "scheduler.state_dict()"),
+    "scaler": ("the GradScaler state (its current loss scale)", "scaler.state_dict()"),
+    "rng": ("the RNG state (dropout masks after resuming would differ)", "capture_rng_state()"),
+    "step": ("the step number", "step"),
+}
+
+
+def _find_parts(ckpt, model_keys: set, step: int) -> dict:
+    """Where in the saved structure each part is, by its shape, not its key name: {part: path}."""
+    found, rng_size = {}, torch.get_rng_state().numel()
+
+    def is_part(obj):
+        if isinstance(obj, dict):
+            keys = set(obj)
+            if model_keys <= keys:
+                return "model"
+            if {"state", "param_groups"} <= keys:
+                return "optimizer"
+            if {"last_epoch", "base_lrs"} <= keys:
+                return "scheduler"
+            if {"scale", "_growth_tracker"} <= keys:
+                return "scaler"
+        if isinstance(obj, torch.Tensor) and obj.dtype == torch.uint8 and obj.numel() == rng_size:
+            return "rng"
+        return None
+
+    def walk(obj, path):
+        part = is_part(obj)
+        if part is not None:
+            found.setdefault(part, path)
+            return
+        if isinstance(obj, dict):
+            for k, value in obj.items():
+                walk(value, path + (k,))
+        elif isinstance(obj, (list, tuple)):
+            for i, value in enumerate(obj):
+                walk(value, path + (i,))
+        elif isinstance(obj, numbers.Integral) and not isinstance(obj, bool) and obj == step:
+            found.setdefault("step", path)
+        elif isinstance(obj, torch.Tensor) and obj.numel() == 1 and obj.dtype == torch.int64 and obj.item() == step:
+            found.setdefault("step", path)
+
+    walk(ckpt, ())
+    return found
+
+
+@dataclass
+class CkptCtx:
+    path: Path
+    save: Run
+    load: Run | None = None
+    saved: dict | None = None
+    loaded: dict | None = None
+    final_a: dict | None = None
+    final_b: dict | None = None
+    ckpt: object = None
+    parts: dict = field(default_factory=dict)
+    none_problem: str | None = None
+    step: int = 3
+
+
+def _ck_atomic(c: CkptCtx):
+    if not c.path.exists():
+        return []  # "contents" says so
+    final = str(c.path)
+    for e in c.save.events:
+        if e.kind == "save" and e.info["target"] and Path(e.info["target"]).resolve() == c.path.resolve():
+            return [Failure("atomic", f"torch.save wrote straight to {c.path.name}: a crash during the write leaves a "
+                            "truncated file under the real name (and the previous checkpoint is already gone). Save "
+                            "to a temp file in the same folder (str(path) + '.tmp'), then os.replace(tmp, path).",
+                            None, _beside(c.save.events, 0, len(c.save.events), _CKPT_ORDER, c.save.events.index(e),
+                                          "your save_checkpoint"))]
+    first = next((e for e in c.save.events if e.info.get("exists", {}).get(final)), None)
+    if first is None or first.kind != "replace" or Path(first.info["dst"]).resolve() != c.path.resolve():
+        return [Failure("atomic", f"{c.path.name} came into existence without os.replace/os.rename (it was written in "
+                        "place): a crash during the write leaves a truncated checkpoint. Write a temp file in the same "
+                        "folder, then os.replace(tmp, path).")]
+    if Path(first.info["src"]).resolve().parent != c.path.resolve().parent:
+        return [Failure("atomic", f"the temp file was in {Path(first.info['src']).parent}, not beside the checkpoint: "
+                        "a rename is only atomic within one file system. Put the temp file in the same folder.")]
+    return []
+
+
+_CKPT_ORDER = ["torch.save(state, tmp)  (tmp beside path)", "os.replace(tmp, path)"]
+
+
+def _ck_loadable(c: CkptCtx):
+    if not c.path.exists():
+        return [Failure("contents", f"save_checkpoint wrote nothing at the path it was given ({c.path.name}).")]
+    try:
+        c.ckpt = torch.load(c.path, weights_only=True)
+    except Exception as exc:
+        return [Failure("loadable", f"torch.load(path, weights_only=True) cannot read the checkpoint "
+                        f"({type(exc).__name__}): it holds a pickled object, not only tensors and plain values. Save "
+                        "state_dict()s and numbers, never the model or optimizer objects themselves.")]
+    return []
+
+
+def _ck_contents(c: CkptCtx):
+    if not isinstance(c.ckpt, dict):
+        return [Failure("contents", f"the checkpoint is a {type(c.ckpt).__name__}; save one dict holding every part.")]
+    c.parts = _find_parts(c.ckpt, set(c.saved["model"]), c.step)
+    found = ", ".join(str(k) for k in c.ckpt) or "nothing"
+    failures = []
+    for part, (what, how) in _PARTS.items():
+        if part not in c.parts:
+            failures.append(Failure("contents", f"the checkpoint is missing {what} (its keys: {found}): a resumed run "
+                                    f"would differ from one that never stopped. Save {how} in it and restore it in "
+                                    "load_checkpoint."))
+    return failures
+
+
+def _ck_restore(c: CkptCtx):
+    if c.load is None or not c.load.complete:
+        return None
+    fixes = {"model": "model.load_state_dict(...)", "optimizer": "optimizer.load_state_dict(...)",
+             "scheduler": "scheduler.load_state_dict(...)", "scaler": "scaler.load_state_dict(...)",
+             "rng": "labutils.checkpoint.restore_rng_state(...)"}
+    for part, fix in fixes.items():
+        if compare_states(c.saved[part], c.loaded[part]):
+            return [Failure("restore", f"after load_checkpoint, {_PARTS[part][0]} differs from what was saved: "
+                            f"restore it with {fix}.")]
+    return []
+
+
+def _ck_return_value(c: CkptCtx):
+    if c.load is None or not c.load.complete:
+        return None
+    got = c.load.result
+    if isinstance(got, numbers.Integral) and not isinstance(got, bool) and got == c.step:
+        return []
+    return [Failure("return_value", f"load_checkpoint returned {_show(got)}; the contract returns the saved step as an "
+                    f"int (here {c.step}).")]
+
+
+def _ck_exact_resume(c: CkptCtx):
+    if c.load is None or not c.load.complete:
+        return None
+    diffs = compare_states(c.final_a, c.final_b)
+    if diffs:
+        return [Failure("exact_resume", f"after loading, the same steps did not reproduce the run that never stopped "
+                        f"(first difference: {diffs[0]}). Save and restore every state the steps depend on.")]
+    return []
+
+
+def _ck_scaler_none(c: CkptCtx):
+    return [Failure("scaler_none", c.none_problem)] if c.none_problem else []
+
+
+CKPT_STAGES = (
+    ("atomic", _ck_atomic, ()),
+    ("loadable", _ck_loadable, ()),
+    ("contents", _ck_contents, ("loadable",)),
+    ("restore", _ck_restore, ("contents",)),
+    ("return_value", _ck_return_value, ()),
+    ("exact_resume", _ck_exact_resume, ("contents", "restore")),
+    ("scaler_none", _ck_scaler_none, ("loadable", "contents")),
+)
+
+
+def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
+    """The contract allows scaler=None: saving and loading must work then too."""
+    a = _ckpt_objects(SEED, scaler=False)
+    _train_steps(a, batches)
+    path = folder / "no-scaler.pt"
+    forbidden = FORBIDDEN["checkpoint"]
+    save = _call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden))
+    if save.error is not None:
+        return _exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
+    b = _ckpt_objects(SEED + 1, scaler=False)
+    load = _call(load_fn, (path, b.model, b.optimizer, b.scheduler, None), Tracer(forbidden=forbidden))
+    if load.error is not None:
+        return _exception_failure("load_checkpoint", load_fn, load.error, " with scaler=None").message
+    if compare_states(a.model.state_dict(), b.model.state_dict()):
+        return "with scaler=None, load_checkpoint did not restore the model's weights."
+    return None
+
+
+def check_checkpoint(save_fn, load_fn) -> CheckReport:
+    """Save mid-training with ``save_fn``, keep training; load into fresh objects with ``load_fn``, train the same
+    steps; everything must match bit for bit, and the file must appear atomically."""
+    names = [s for s, _, _ in CKPT_STAGES]
+    report = CheckReport("save_checkpoint / load_checkpoint (06_checkpointing)",
+                         ["signature", "uses_reference"] + names)
+    ok = _check_signature(report, save_fn, "save_checkpoint", "save_checkpoint")
+    if not (_check_signature(report, load_fn, "load_checkpoint", "load_checkpoint") and ok):
+        return report
+    forbidden = FORBIDDEN["checkpoint"]
+    with _isolated(), tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(SEED)
+        batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]
+        a = _ckpt_objects(SEED)
+        _train_steps(a, batches[:3])
+        c = CkptCtx(Path(tmp) / "step-000003.pt", save=Run([]), saved=_state_of(a))
+        c.save = _call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
+                       Tracer(files=True, watch=[c.path], forbidden=forbidden))
+        report.trace = c.save.events
+        if c.save.reference or c.save.error is not None:
+            report.failures.append(_reference_failure("save_checkpoint", c.save.reference) if c.save.reference else
+                                   _exception_failure("save_checkpoint", save_fn, c.save.error))
+            return report
+        _train_steps(a, batches[3:])  # the run that never stopped
+        c.final_a = _state_of(a)
+        b = _ckpt_objects(SEED + 1)  # fresh objects, other weights, another RNG stream: a new process
+        c.load = _call(load_fn, (c.path, b.model, b.optimizer, b.scheduler, b.scaler),
+                       Tracer(files=True, forbidden=forbidden))
+        if c.load.complete:
+            c.loaded = _state_of(b)
+            _train_steps(b, batches[3:])
+            c.final_b = _state_of(b)
+        c.none_problem = _without_scaler(save_fn, load_fn, batches[:2], Path(tmp))
+        if c.load.reference:
+            report.failures.append(_reference_failure("load_checkpoint", c.load.reference))
+            return report
+        _run_stages(report, CKPT_STAGES, c, names)
+    if c.load.error is not None and not report.failures:
+        report.failures.append(_exception_failure("load_checkpoint", load_fn, c.load.error))
+    return report

@@ -1,0 +1,169 @@
+"""check_evaluate (01_baseline): eval mode, no autograd, per-sample averages over an uneven last batch, and the
+model's mode restored afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..data import make_loader
+from ..trace import Event, Tracer
+from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
+                      _reference_failure, _show)
+from .report import CheckReport, Failure, _beside, _run_stages
+from .world import (BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
+                    _tiny_model)
+
+
+@dataclass
+class EvalView:
+    model: torch.nn.Module
+    reference: torch.nn.Module
+    batches: list
+    run: Run
+    training_after: bool = True
+
+    @property
+    def forwards(self) -> list[tuple[int, Event]]:
+        return [(i, e) for i, e in enumerate(self.run.events) if e.kind == "forward"]
+
+
+def _eval_case():
+    torch.manual_seed(SEED + 1)
+    model = _tiny_model(dropout=0.5)  # dropout: forgetting model.eval() changes the numbers
+    images = _images(N_EVAL, SEED + 1)
+    labels = _crafted_labels(model, images, N_EVAL % BATCH)
+    loader = make_loader(images, labels, BATCH, shuffle=False)
+    return model, copy.deepcopy(model), loader
+
+
+def _run_evaluate(fn) -> EvalView:
+    model, reference, loader = _eval_case()
+    batches = list(loader)
+    model.train()  # evaluate is called in the middle of training
+    run = _call(fn, (model, loader, DEVICE), Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS))
+    view = EvalView(model, reference, batches, run, model.training)
+    for _, event in view.forwards:
+        j = _match(event.data["x"], batches)
+        if j is not None:
+            event.info["batch"] = f"{j + 1}/{len(batches)}"
+    return view
+
+
+_EVAL_ORDER = ["model.eval()", "forward batch 1 (eval mode, no_grad)", "...", "forward last batch", "model.train()"]
+
+
+def _eval_beside(v: EvalView, mark: int | None) -> str:
+    return _beside(v.run.events, 0, len(v.run.events), _EVAL_ORDER, mark, "your evaluate")
+
+
+def _ev_return_value(v: EvalView):
+    if not v.run.complete:
+        return None
+    r = v.run.result
+    if not (isinstance(r, (tuple, list)) and len(r) == 2):
+        return [Failure("return_value", f"evaluate returned {_show(r)}; the contract returns a pair "
+                        "(mean loss, accuracy).")]
+    problem = _number_problem(r[0], "the loss (first value)") or _number_problem(r[1], "the accuracy (second value)")
+    if problem:
+        return [Failure("return_value", problem + ".")]
+    if not 0.0 <= r[1] <= 1.0:
+        return [Failure("return_value", f"the accuracy {r[1]:.4g} is outside [0, 1]" +
+                        (" (a percentage?): return correct / n_samples." if 1 < r[1] <= 100 else "."))]
+    return []
+
+
+def _ev_eval_mode(v: EvalView):
+    if not v.forwards and v.run.complete:
+        return [Failure("eval_mode", "evaluate never called the model.")]
+    for i, e in v.forwards:
+        if e.info["training"]:
+            return [Failure("eval_mode", f"the forward of batch {e.info.get('batch', '?')} ran in train mode: dropout "
+                            "was still dropping, so the numbers are noisy and too pessimistic. Call model.eval() "
+                            "before the loop.", None, _eval_beside(v, i))]
+    return []
+
+
+def _ev_no_grad(v: EvalView):
+    for i, e in v.forwards:
+        if e.info["grad"]:
+            return [Failure("no_grad", f"the forward of batch {e.info.get('batch', '?')} ran with autograd on: every "
+                            "batch built a graph nobody backpropagates through (memory and time wasted). Wrap the loop "
+                            "in torch.no_grad() (or torch.inference_mode()).", None, _eval_beside(v, i))]
+    return []
+
+
+def _ev_restore_mode(v: EvalView):
+    if not v.run.complete:
+        return None
+    if not v.training_after:
+        return [Failure("restore_mode", "evaluate left the model in eval mode: the next epoch would train with dropout "
+                        "off unless it calls model.train() itself. Call model.train() before returning.", None,
+                        _eval_beside(v, len(v.run.events) - 1))]
+    return []
+
+
+def _ev_per_sample(v: EvalView):
+    if not v.run.complete:
+        return None
+    loss, acc = (float(x) for x in v.run.result)
+    ref = v.reference.eval()
+    with torch.no_grad():
+        outputs = [(ref(x), y) for x, y in v.batches]
+    sizes = [len(y) for _, y in outputs]
+    losses = [F.cross_entropy(o, y).item() for o, y in outputs]
+    soft = [F.cross_entropy(o.softmax(dim=1), y).item() for o, y in outputs]
+    accs = [(o.argmax(dim=1) == y).float().mean().item() for o, y in outputs]
+    n = sum(sizes)
+    want_loss = sum(s * x for s, x in zip(sizes, losses)) / n
+    want_acc = sum(s * a for s, a in zip(sizes, accs)) / n
+    uneven = f"the last batch has only {sizes[-1]} samples"
+    if not _close(loss, want_loss, 1e-4):
+        if _close(loss, sum(losses) / len(losses), 1e-4):
+            return [Failure("per_sample", f"the loss {loss:.4f} is the average of the per-batch means; the per-sample "
+                            f"mean is {want_loss:.4f} ({uneven}). Sum loss.item() * len(y) (or use reduction='sum') "
+                            "and divide by the number of samples.")]
+        if _close(loss, sum(s * x for s, x in zip(sizes, soft)) / n, 1e-4):
+            return [Failure("softmax", f"the loss {loss:.4f} is cross-entropy on softmax probabilities: "
+                            "F.cross_entropy applies log-softmax itself. Pass the raw logits.")]
+        return [Failure("per_sample", f"the loss is {loss:.4f}; the mean cross-entropy per sample over the whole "
+                        f"loader is {want_loss:.4f}.")]
+    if not _close(acc, want_acc, 1e-6):
+        if _close(acc, sum(accs) / len(accs), 1e-6):
+            return [Failure("per_sample", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
+                            f"per-sample accuracy is {want_acc:.4f} ({uneven}). Count correct predictions and divide "
+                            "by the number of samples.")]
+        return [Failure("per_sample", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
+                        f"logits) over the whole loader is {want_acc:.4f}.")]
+    return []
+
+
+EVAL_STAGES = (
+    ("return_value", _ev_return_value, ()),
+    ("eval_mode", _ev_eval_mode, ()),
+    ("no_grad", _ev_no_grad, ()),
+    ("restore_mode", _ev_restore_mode, ()),
+    ("per_sample", _ev_per_sample, ("return_value", "eval_mode")),
+)
+
+
+def check_evaluate(fn) -> CheckReport:
+    """Run ``fn`` (evaluate(model, loader, device) -> (loss, accuracy)) on tiny data with an uneven last batch."""
+    names = [s for s, _, _ in EVAL_STAGES]
+    report = CheckReport("evaluate (01_baseline)", ["signature", "uses_reference"] + names)
+    if not _check_signature(report, fn, "evaluate", "evaluate"):
+        return report
+    with _isolated():
+        view = _run_evaluate(fn)
+    report.trace = view.run.events
+    if view.run.reference is not None:
+        report.failures.append(_reference_failure("evaluate", view.run.reference))
+        return report
+    _run_stages(report, EVAL_STAGES, view, names)
+    if view.run.error is not None and not report.failures:
+        report.failures.append(_exception_failure("evaluate", fn, view.run.error))
+    return report

@@ -1,0 +1,65 @@
+"""check_param_groups (08_stretch): AdamW parameter groups that decay conv and linear weights and nothing else."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from ..models import SmallCNN
+from ..trace import Tracer
+from .calling import _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
+from .report import CheckReport, Failure
+from .world import FORBIDDEN, SEED
+
+
+def check_param_groups(fn) -> CheckReport:
+    """``param_groups(model, weight_decay)``: AdamW groups, decay on conv/linear weights, 0.0 on every ndim <= 1."""
+    report = CheckReport("param_groups (08_stretch)", ["signature", "uses_reference", "return_value", "coverage",
+                                                        "weight_decay"])
+    if not _check_signature(report, fn, "param_groups", "param_groups"):
+        return report
+    with _isolated():
+        torch.manual_seed(SEED)
+        model = SmallCNN(channels=(2, 4), batchnorm=True)  # conv weights, BN scales and shifts, linear weights, biases
+    names = {id(p): n for n, p in model.named_parameters()}
+    wd = 0.05
+    run = _call(fn, (model, wd), Tracer(forbidden=FORBIDDEN["param_groups"]))
+    if run.reference is not None:
+        report.failures.append(_reference_failure("param_groups", run.reference))
+        return report
+    if run.error is not None:
+        report.failures.append(_exception_failure("param_groups", fn, run.error))
+        return report
+    groups = run.result
+    if not (isinstance(groups, (list, tuple)) and groups and all(isinstance(g, dict) and "params" in g
+                                                                 for g in groups)):
+        report.failures.append(Failure("return_value", f"param_groups returned {_show(groups)}; the contract returns "
+                                       "a list of dicts, each with a 'params' list (and a 'weight_decay')."))
+        return report
+    groups = [{**g, "params": list(g["params"])} for g in groups]  # a generator can be read only once
+    seen = Counter(id(p) for g in groups for p in g["params"])
+    twice = [names.get(i, "?") for i, c in seen.items() if c > 1]
+    missing = [n for n, p in model.named_parameters() if id(p) not in seen]
+    strangers = [i for i in seen if i not in names]
+    coverage = (f"{twice[0]} is in more than one group" if twice else
+                f"{missing[0]} is in no group" + (f" (nor are {len(missing) - 1} more)" if len(missing) > 1 else "")
+                if missing else "a tensor that is not a parameter of the model is in a group" if strangers else None)
+    if coverage:
+        report.failures.append(Failure("coverage", coverage + ": every trainable parameter must be in exactly one "
+                                                              "group."))
+        return report
+    default = torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).defaults["weight_decay"]
+    for group in groups:
+        decay = group.get("weight_decay", default)
+        for p in group["params"]:
+            want = 0.0 if p.ndim <= 1 else wd
+            if decay != want:
+                why = ("a bias or normalisation parameter (ndim <= 1) must not be decayed" if p.ndim <= 1 else
+                       f"conv/linear weights get weight_decay={wd}")
+                unset = ("" if "weight_decay" in group else
+                         f" (the group sets none, so AdamW uses its default {default})")
+                report.failures.append(Failure("weight_decay", f"{names[id(p)]} has weight_decay={decay}{unset}: "
+                                                               f"{why}."))
+                return report
+    return report

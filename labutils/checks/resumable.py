@@ -1,0 +1,220 @@
+"""check_resume (07_crash_resume): train_resumable run three times (uninterrupted; crashing mid-epoch; restarted)
+must continue after the last checkpoint, in the middle of the epoch, and end bit-identical to the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.optim.lr_scheduler import LinearLR
+
+from ..checkpoint import compare_states
+from ..data import make_loader, set_position
+from ..trace import Tracer
+from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated, _reference_failure,
+                      _show)
+from .report import CheckReport, Failure, _run_stages
+from .world import BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, SEED, _images, _match, _tiny_model
+
+R_IMAGES, R_EPOCHS, R_SAVE_EVERY, R_CRASH_AT = 44, 2, 4, 10  # 6 batches/epoch, 12 steps; crash mid-epoch 2
+
+
+class _OnStep:
+    """The on_step callback: records the steps, whether each due checkpoint existed, and crashes when told."""
+
+    def __init__(self, ckpt_dir: Path, crash_at: int | None = None):
+        self.ckpt_dir, self.crash_at = ckpt_dir, crash_at
+        self.steps: list = []
+        self.missing: list[int] = []  # due checkpoints that did not exist when on_step was called
+
+    def __call__(self, step, *args, **kwargs):
+        self.steps.append(step)
+        if isinstance(step, int) and step % R_SAVE_EVERY == 0:
+            if not (self.ckpt_dir / f"step-{step:06d}.pt").exists():
+                self.missing.append(step)
+        if step == self.crash_at:
+            raise SimulatedCrash(step)
+
+
+@dataclass
+class ResumeCtx:
+    fn: object
+    full: Run
+    full_log: _OnStep
+    crash: Run
+    crash_log: _OnStep
+    resumed: Run
+    resumed_log: _OnStep
+    final_full: dict
+    final_resumed: dict
+    epoch_batches: list  # epoch -> list of (x, y) in the order of that epoch
+    total: int
+
+
+def _resume_objects(images, labels):
+    torch.manual_seed(SEED)
+    model = _tiny_model(dropout=0.25, gain=1.0)  # dropout: resuming is exact only with the RNG state restored too
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    total_steps = R_EPOCHS * math.ceil(R_IMAGES / BATCH)
+    scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
+    loader = make_loader(images, labels, BATCH, seed=SEED, shuffle=True)
+    return model, optimizer, scheduler, loader
+
+
+def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep):
+    model, optimizer, scheduler, loader = _resume_objects(images, labels)
+    args = (model, optimizer, scheduler, loader, R_EPOCHS, str(ckpt_dir), R_SAVE_EVERY, DEVICE)
+    tracer = Tracer(model, optimizer, scheduler, forbidden=FORBIDDEN["resume"], max_events=MAX_EVENTS)
+    run = _call(fn, args, tracer, {"on_step": log})
+    return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+
+def _rs_on_step(c: ResumeCtx):
+    if not c.full.complete:
+        return None
+    if c.full_log.steps != list(range(1, c.total + 1)):
+        seen = c.full_log.steps[:8]
+        return [Failure("on_step", f"on_step was called with {seen}{' ...' if len(c.full_log.steps) > 8 else ''}; the "
+                        f"contract calls on_step(step) after every optimizer step, with step = 1, 2, ..., {c.total}.")]
+    if not c.crash.crashed and c.crash.error is None:
+        return [Failure("on_step", f"train_resumable kept going after on_step raised at step {R_CRASH_AT}: let "
+                        "exceptions from on_step propagate (a crash must stop the run).")]
+    return []
+
+
+def _rs_return_value(c: ResumeCtx):
+    for run, when in ((c.full, ""), (c.resumed, " after resuming")):
+        if run.complete and run.result != c.total:
+            return [Failure("return_value", f"train_resumable returned {_show(run.result)}{when}; the contract "
+                            f"returns the final global step ({c.total} here).")]
+    return []
+
+
+def _rs_save_every(c: ResumeCtx):
+    if c.full_log.missing:
+        s = c.full_log.missing[0]
+        return [Failure("save_every", f"no checkpoint step-{s:06d}.pt existed in ckpt_dir when on_step({s}) was "
+                        f"called: save ckpt_dir/step-{{step:06d}}.pt every save_every optimizer steps, before calling "
+                        "on_step.", s)]
+    return []
+
+
+def _rs_resume_step(c: ResumeCtx):
+    if not c.resumed_log.steps:
+        return None
+    last = R_CRASH_AT - R_CRASH_AT % R_SAVE_EVERY
+    first = c.resumed_log.steps[0]
+    if first == last + 1:
+        return []
+    if first == 1:
+        msg = (f"the second run started again at step 1: it did not resume from the newest checkpoint "
+               f"(step-{last:06d}.pt). Load it with latest_checkpoint(ckpt_dir) and load_checkpoint, and continue "
+               "from the step it holds.")
+    else:
+        msg = (f"the second run's first optimizer step was {first}, but the newest checkpoint was step-{last:06d}.pt, "
+               f"so it should continue with step {last + 1}.")
+    return [Failure("resume_step", msg, first)]
+
+
+def _rs_exact(c: ResumeCtx):
+    if not c.resumed.complete:
+        return None
+    diffs = compare_states(c.final_full, c.final_resumed)
+    if not diffs:
+        return []
+    last = R_CRASH_AT - R_CRASH_AT % R_SAVE_EVERY
+    per_epoch = len(c.epoch_batches[0])
+    want_epoch, want_batch = divmod(last, per_epoch)
+    first_forward = next((e for e in c.resumed.events if e.kind == "forward"), None)
+    if first_forward is not None:
+        where = [(ep, j) for ep, batches in enumerate(c.epoch_batches)
+                 if (j := _match(first_forward.data["x"], batches)) is not None]
+        if where and where[0] != (want_epoch, want_batch):
+            ep, j = where[0]
+            return [Failure("exact_resume", f"after resuming at step {last + 1} the first batch was epoch {ep + 1} "
+                            f"batch {j + 1}, but the run that never stopped used epoch {want_epoch + 1} batch "
+                            f"{want_batch + 1} there: continue in the middle of the epoch with "
+                            "set_position(train_loader, epoch, start_batch).", last + 1)]
+    return [Failure("exact_resume", _first_resumed_step_difference(c, last + 1) or
+                    f"the resumed run ended with a different state than the run that never stopped (first difference: "
+                    f"{diffs[0]}): restore everything from the checkpoint (load_checkpoint) and continue with the same "
+                    "batches.", last + 1)]
+
+
+def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
+    """Compare the resumed run's first optimizer step with the same step of the run that never stopped: same weights
+    before it? same learning rate? same gradient (same dropout masks)? The first difference names the culprit."""
+    full = [e for e in c.full.events if e.kind == "step"]
+    resumed = [e for e in c.resumed.events if e.kind == "step"]
+    if len(full) < step or not resumed:
+        return None
+    a, b = full[step - 1], resumed[0]
+    restore = f"after resuming, step {step}"
+    if compare_states(a.data["params"], b.data["params"]):
+        return f"{restore} started from other weights than the run that never stopped: restore the model's state."
+    if a.info["lr"] != b.info["lr"]:
+        return (f"{restore} used learning rate {b.info['lr'][0]:.4g} instead of {a.info['lr'][0]:.4g}: restore the "
+                "scheduler's state.")
+    if compare_states(a.data["grads"], b.data["grads"]):
+        return (f"{restore} computed a different gradient from the same weights and batch: the dropout masks differ, "
+                "so the RNG state was not restored (load_checkpoint restores it; restore_rng_state if you load by "
+                "hand).")
+    return (f"{restore} had the same weights, learning rate and gradient, but the update differed: restore the "
+            "optimizer's state (AdamW's moment estimates).")
+
+
+RESUME_STAGES = (
+    ("on_step", _rs_on_step, ()),
+    ("return_value", _rs_return_value, ()),
+    ("save_every", _rs_save_every, ("on_step",)),
+    ("resume_step", _rs_resume_step, ("on_step", "save_every")),
+    ("exact_resume", _rs_exact, ("resume_step",)),
+)
+
+
+def check_resume(train_fn) -> CheckReport:
+    """Run ``train_fn`` (train_resumable) uninterrupted; again, crashing mid-epoch; then once more with fresh objects:
+    the third run must continue after the last checkpoint and end bit-identical to the first."""
+    names = [s for s, _, _ in RESUME_STAGES]
+    report = CheckReport("train_resumable (07_crash_resume)", ["signature", "uses_reference"] + names)
+    if not _check_signature(report, train_fn, "train_resumable", "resume", keywords=("on_step",)):
+        return report
+    images = _images(R_IMAGES, SEED)
+    labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(SEED))
+    with _isolated(), tempfile.TemporaryDirectory() as tmp:
+        dirs = [Path(tmp) / name for name in ("uninterrupted", "crashed")]
+        for d in dirs:
+            d.mkdir()
+        full_log, crash_log, resumed_log = _OnStep(dirs[0]), _OnStep(dirs[1], R_CRASH_AT), _OnStep(dirs[1])
+        full, final_full = _resume_run(train_fn, images, labels, dirs[0], full_log)
+        report.trace = full.events
+        runs = [(full, "")]
+        if full.complete:
+            crash, _ = _resume_run(train_fn, images, labels, dirs[1], crash_log)
+            resumed, final_resumed = _resume_run(train_fn, images, labels, dirs[1], resumed_log)
+            runs += [(crash, f" (in the run meant to crash at step {R_CRASH_AT})"), (resumed, " (when resuming)")]
+        else:
+            crash = resumed = full
+            final_resumed = final_full
+        loader = _resume_objects(images, labels)[3]
+        epoch_batches = []
+        for epoch in range(R_EPOCHS):
+            set_position(loader, epoch, 0)
+            epoch_batches.append(list(loader))
+    for run, _ in runs:
+        if run.reference is not None:
+            report.failures.append(_reference_failure("train_resumable", run.reference))
+            return report
+    ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
+                    epoch_batches, R_EPOCHS * len(epoch_batches[0]))
+    _run_stages(report, RESUME_STAGES, ctx, names)
+    if not report.failures:
+        for run, when in runs:
+            if run.error is not None:
+                report.failures.append(_exception_failure("train_resumable", train_fn, run.error, when))
+                break
+    return report

@@ -1,0 +1,80 @@
+"""check_train_one_epoch: which checks apply to which exercise (01 to 05), in dependency order, and the verdict."""
+
+from __future__ import annotations
+
+from .calling import _check_signature, _exception_failure, _isolated, _reference_failure
+from .report import CheckReport, _run_stages
+from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
+from .train_order import (_st_accumulation, _st_batches, _st_grad_enabled, _st_order, _st_scheduler, _st_train_mode,
+                          _st_zero_grad)
+from .train_run import TrainView, _run_train, _train_case
+from .train_values import _st_clip, _st_gradient, _st_mean_loss, _st_norms, _st_return_value
+from .world import NOTEBOOKS, TRAIN_EXERCISES
+
+TRAIN_STAGES = (
+    ("return_value", _st_return_value, ()),
+    ("train_mode", _st_train_mode, ()),
+    ("grad_enabled", _st_grad_enabled, ()),
+    ("autocast", _st_autocast, ()),
+    ("batches", _st_batches, ("grad_enabled",)),
+    ("order", _st_order, ("grad_enabled",)),
+    ("zero_grad", _st_zero_grad, ("order",)),
+    ("accumulation", _st_accumulation, ("order", "zero_grad")),
+    ("scheduler", _st_scheduler, ()),
+    ("scale", _st_scale, ("order",)),
+    ("unscale", _st_unscale, ("order", "scale")),
+    ("scaler_step", _st_scaler_step, ()),
+    ("scaler_update", _st_scaler_update, ()),
+    ("gradient", _st_gradient, ("batches", "order", "zero_grad", "accumulation", "scale", "autocast")),
+    ("clip", _st_clip, ("gradient", "unscale")),
+    ("norms", _st_norms, ("return_value", "clip")),
+    ("mean_loss", _st_mean_loss, ("return_value", "gradient", "batches")),
+)
+_COMMON = ("return_value", "train_mode", "grad_enabled", "batches", "order", "zero_grad", "gradient", "mean_loss")
+_SCALER = ("scale", "unscale", "scaler_step", "scaler_update")
+EXERCISE_STAGES = {
+    "baseline": _COMMON,
+    "scheduler": _COMMON + ("scheduler",),
+    "clipping": _COMMON + ("scheduler", "clip", "norms"),
+    "accumulation": _COMMON + ("scheduler", "clip", "norms", "accumulation"),
+    "amp": _COMMON + ("scheduler", "clip", "norms", "autocast") + _SCALER,
+}
+
+
+def _analyse_train(report: CheckReport, fn, view: TrainView, applicable, when: str = "") -> None:
+    before = len(report.failures)
+    if view.run.reference is not None:
+        report.failures.append(_reference_failure("train_one_epoch", view.run.reference))
+        return
+    _run_stages(report, TRAIN_STAGES, view, applicable)
+    for failure in report.failures[before:]:
+        failure.message = when + failure.message
+    if view.run.error is not None:
+        error = _exception_failure("train_one_epoch", fn, view.run.error)
+        error.message = when + error.message
+        if len(report.failures) == before:
+            report.failures.append(error)
+        else:  # the root cause was found in what ran before the crash; the crash is its consequence
+            report.failures[before].details += f"\n(after this, {error.message[0].lower()}{error.message[1:]})"
+
+
+def check_train_one_epoch(fn, exercise: str = "baseline") -> CheckReport:
+    """Run ``fn`` (train_one_epoch per the ``exercise``'s contract) on tiny data and check what its loop did.
+
+    exercise: one of "baseline", "scheduler", "clipping", "accumulation", "amp".
+    """
+    if exercise not in TRAIN_EXERCISES:
+        raise ValueError(f"exercise={exercise!r} is unknown: use one of {', '.join(TRAIN_EXERCISES)}")
+    applicable = EXERCISE_STAGES[exercise]
+    report = CheckReport(f"train_one_epoch ({NOTEBOOKS[exercise]})",
+                         ["signature", "uses_reference"] + [s for s, _, _ in TRAIN_STAGES if s in applicable])
+    if not _check_signature(report, fn, "train_one_epoch", exercise):
+        return report
+    with _isolated():
+        view = _run_train(fn, _train_case(exercise))
+        report.trace = view.events
+        _analyse_train(report, fn, view, applicable)
+        if exercise == "amp" and report.passed:  # the contract also allows scaler=None: plain backward and step
+            no_scaler = _run_train(fn, _train_case(exercise, with_scaler=False))
+            _analyse_train(report, fn, no_scaler, set(applicable) - set(_SCALER), "with scaler=None, ")
+    return report

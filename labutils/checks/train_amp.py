@@ -1,0 +1,71 @@
+"""train_one_epoch, the checks for mixed precision (05_amp): the forward under autocast, and the GradScaler used in
+the canonical order (scale, backward, unscale_ before clipping, scaler.step, scaler.update).
+"""
+
+from __future__ import annotations
+
+from .report import Failure
+from .train_run import TrainView
+
+
+def _st_autocast(v: TrainView):
+    for m in v.micros:
+        dtype = v.events[m.forward].info["autocast"]
+        if dtype != v.case.amp_dtype:
+            seen = "without torch.autocast" if dtype is None else f"under autocast {dtype}"
+            return [Failure("autocast", f"the forward of batch {v.events[m.forward].info.get('batch', '?')} ran "
+                            f"{seen}, with amp_dtype={v.case.amp_dtype}. Wrap forward and loss in "
+                            "torch.autocast(device_type, dtype=amp_dtype).", m.step)]
+    return []
+
+
+def _st_scale(v: TrainView):
+    for m in v.micros:
+        if m.backward is not None and not any(e.kind == "scale" for e in v.events[m.forward: m.backward]):
+            step = m.step or len(v.steps) + 1
+            return [Failure("scale", f"loss.backward() ran on the unscaled loss at step {step} while a GradScaler is "
+                            "in use, so scaler.unscale_ would divide true gradients by the scale. Call "
+                            "scaler.scale(loss).backward().", step, v.beside(m.step, m.backward))]
+    return []
+
+
+def _st_unscale(v: TrainView):
+    for k, window in v.windows.items():
+        last_backward, step_at = max(m.backward for m in window), v.steps[k - 1]
+        for i in range(last_backward, step_at):
+            event = v.events[i]
+            if event.kind == "unscale" and not event.info["inside_step"]:
+                break
+            if event.kind == "clip":
+                scale = v.scale_used(k)
+                return [Failure("unscale", f"clip_grad_norm_ ran before scaler.unscale_(optimizer) at step {k}: it "
+                                f"measured the scaled gradients (norm {event.info['norm_before']:.4g}, {scale:g}x too "
+                                f"big) and clipped those to max_norm, so the update came out about {scale:g}x too "
+                                "small. Call scaler.unscale_(optimizer) before clipping.", k, v.beside(k, i))]
+    return []
+
+
+def _st_scaler_step(v: TrainView):
+    for k in v.windows:
+        if not v.step_event(k).info["via_scaler"]:
+            return [Failure("scaler_step", f"optimizer.step() was called directly at step {k} while a GradScaler is in "
+                            "use: that skips the scaler's inf/nan check, so an overflowing step would write inf into "
+                            "the weights. Call scaler.step(optimizer) instead.", k, v.beside(k, v.steps[k - 1]))]
+    return []
+
+
+def _st_scaler_update(v: TrainView):
+    n = len(v.steps)
+    for k in range(1, n + 1):
+        end = v.steps[k] if k < n else len(v.events)
+        region = v.events[v.steps[k - 1] + 1: end]
+        updates = sum(e.kind == "scaler_update" for e in region)
+        went_on = any(e.kind in ("scale", "unscale", "scaler_step") for e in region)
+        if updates == 0 and (k < n or v.run.complete or went_on):
+            return [Failure("scaler_update", f"scaler.update() did not run after scaler.step() at step {k}: the loss "
+                            "scale never adapts, and the next scaler.unscale_() raises. Call scaler.update() right "
+                            "after scaler.step(optimizer).", k, v.beside(k, v.steps[k - 1]))]
+        if updates > 1:
+            return [Failure("scaler_update", f"scaler.update() ran {updates} times after step {k}: call it exactly "
+                            "once per scaler.step().", k, v.beside(k))]
+    return []

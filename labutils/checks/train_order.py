@@ -1,0 +1,165 @@
+"""train_one_epoch, the checks on what ran when: train mode, autograd on, every batch once, backward before step,
+zero_grad once per step, accumulation windows, and the scheduler stepped once per optimizer step.
+
+Each check takes a :class:`TrainView` and returns its failures ([] = passed, None = cannot judge).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .report import Failure
+from .train_run import TrainView
+
+
+def _st_train_mode(v: TrainView):
+    for m in v.micros:
+        event = v.events[m.forward]
+        if not event.info["training"]:
+            return [Failure("train_mode", f"the forward of batch {event.info.get('batch', '?')} ran in eval mode: "
+                            "the model came in eval mode (as after an evaluation) and the loop never switched it "
+                            "back, so dropout and BatchNorm would be off while training. Call model.train() at the "
+                            "start of train_one_epoch.", m.step, v.beside(m.step, m.forward))]
+    return []
+
+
+def _st_grad_enabled(v: TrainView):
+    trained = {m.batch for m in v.micros}
+    for i, batch in v.forwards:
+        event = v.events[i]
+        if not event.info["grad"] and batch not in trained:
+            how = "inference_mode" if event.info["inference"] else "torch.no_grad()"
+            return [Failure("grad_enabled", f"the forward of batch {event.info.get('batch', '?')} ran under {how}, "
+                            "so the loss had no graph to backpropagate through. Run the training forward with "
+                            "autograd on (no no_grad/inference_mode around it).", None, v.beside(None, i))]
+    return []
+
+
+def _st_batches(v: TrainView):
+    n = len(v.case.batches)
+    unknown = [m for m in v.micros if m.batch is None]
+    if unknown:
+        return [Failure("batches", "a training forward received an input that is not one of the loader's batches: "
+                        "pass each batch's x (moved to device) to the model as it is.", unknown[0].step)]
+    if not v.run.complete:
+        return []
+    counts = Counter(m.batch for m in v.micros)
+    missing = [b + 1 for b in range(n) if counts[b] == 0]
+    if missing:
+        return [Failure("batches", f"batch {missing[0]} of {n} was never trained on (the last one has only "
+                        f"{len(v.case.batches[-1][1])} samples): loop over every batch of the loader.")]
+    twice = [b + 1 for b, c in counts.items() if c > 1]
+    if twice:
+        return [Failure("batches", f"batch {twice[0]} of {n} went through a training forward {counts[twice[0] - 1]}"
+                        " times: one pass over the loader trains on each batch once.")]
+    return []
+
+
+def _st_order(v: TrainView):
+    for k, window in v.windows.items():
+        step_at = v.steps[k - 1]
+        if not window:
+            return [Failure("order", f"optimizer.step() ran twice with no training forward in between (steps "
+                            f"{k - 1} and {k}). Step once per batch, after loss.backward().", k, v.beside(k, step_at))]
+        for m in window:
+            if m.backward is None:
+                return [Failure("order", f"loss.backward() never ran for batch {v.events[m.forward].info.get('batch')}"
+                                f" before optimizer.step() #{k}: the step had no gradient from it. Call "
+                                "loss.backward() before optimizer.step().", k, v.beside(k, step_at))]
+            if m.backward > step_at:
+                return [Failure("order", f"optimizer.step() ran before loss.backward() at step {k}: the update used "
+                                "the previous batch's gradients (or none at all). Call backward() first.", k,
+                                v.beside(k, step_at))]
+    if v.run.complete and v.exercise != "accumulation":
+        for m in v.trailing:
+            return [Failure("order", f"batch {v.events[m.forward].info.get('batch')} went through forward and "
+                            "backward but no optimizer.step() followed, so it never changed the weights. Step "
+                            "after every batch's backward.", None, v.beside(None, m.forward))]
+    return []
+
+
+def _st_zero_grad(v: TrainView):
+    for k, window in v.windows.items():
+        step_at = v.steps[k - 1]
+        backwards = [m.backward for m in window]
+        applied = v.step_event(k).data["grads"]
+        if all(g is None or not g.any() for g in applied):
+            clears = [i for i in range(max(backwards), step_at) if v.events[i].kind == "zero_grad"]
+            who = v.events[clears[-1]].describe() if clears else "something"
+            return [Failure("zero_grad", f"{who} ran between loss.backward() and optimizer.step() at step {k}: it "
+                            "wiped the gradients, so the step had nothing to apply. Clear the gradients at the top of "
+                            "the step or right after optimizer.step().", k,
+                            v.beside(k, clears[-1] if clears else step_at))]
+        first = min(backwards)
+        if not v.events[first].info["fresh"]:
+            return [Failure("zero_grad", f"at step {k}, loss.backward() added the new gradients to the ones still in "
+                            f".grad from step {k - 1}: nothing cleared them, so the update used the sum of every "
+                            "batch so far. Call optimizer.zero_grad() once per step (at the top of the step or right "
+                            "after optimizer.step()).", k, v.beside(k, first))]
+    return []
+
+
+def _st_accumulation(v: TrainView):
+    expected, accum = v.case.windows, v.case.accum_steps
+    sizes = [len(w) for w in v.windows.values()]
+    for k, window in v.windows.items():
+        for j, m in enumerate(window[1:], start=2):
+            if v.events[m.backward].info["fresh"]:
+                return [Failure("accumulation", f"the gradients were cleared before micro-batch {j} of step {k}, so "
+                                "only the last micro-batch of the window counted. Clear once per optimizer step, not "
+                                "per micro-batch.", k, v.beside(k, m.backward))]
+    if not v.run.complete:
+        return []
+    if v.trailing:
+        first = v.events[v.trailing[0].forward].info.get("batch")
+        return [Failure("accumulation", f"the last {len(v.trailing)} micro-batch(es) (from batch {first}) went "
+                        "through backward but no optimizer.step() followed: the trailing partial group was dropped, "
+                        "so its data never reached the weights. Also step after the last micro-batch (when "
+                        "i + 1 == len(loader)).", None, v.beside(None, v.trailing[0].forward))]
+    if accum > 1 and sizes and all(s == 1 for s in sizes) and len(sizes) > len(expected):
+        return [Failure("accumulation", f"optimizer.step() ran after every micro-batch ({len(sizes)} steps for "
+                        f"{len(v.micros)} micro-batches): with accum_steps={accum} it should run once every {accum} "
+                        f"micro-batches ({len(expected)} steps). Step only when (i + 1) % accum_steps == 0 or at the "
+                        "last batch.", 1, v.beside(1))]
+    for k, (size, want) in enumerate(zip(sizes, expected), start=1):
+        if size != want:
+            return [Failure("accumulation", f"optimizer step {k} took {size} micro-batch(es); with accum_steps="
+                            f"{accum} it should take {want} (only the last group may be smaller).", k, v.beside(k))]
+    if len(sizes) != len(expected):
+        return [Failure("accumulation", f"{len(sizes)} optimizer steps for {len(v.micros)} micro-batches; with "
+                        f"accum_steps={accum} there should be {len(expected)}.")]
+    return []
+
+
+def _st_scheduler(v: TrainView):
+    scheds = [i for i, e in enumerate(v.events) if e.kind == "scheduler"]
+    n_steps, n_micro = len(v.steps), len(v.micros)
+    if v.run.complete and n_steps:
+        if not scheds:
+            return [Failure("scheduler", f"scheduler.step() was never called in {n_steps} optimizer steps: the "
+                            "learning rate never changed. Call scheduler.step() right after every optimizer.step().",
+                            1, v.beside(1))]
+        if len(scheds) == n_micro != n_steps:
+            return [Failure("scheduler", f"scheduler.step() ran {len(scheds)} times for {n_steps} optimizer steps: "
+                            "once per micro-batch, so the schedule ran ahead of the optimizer. Call scheduler.step() "
+                            "right after optimizer.step(), only when the optimizer steps.", 1, v.beside(1, scheds[0]))]
+        if len(scheds) < n_steps and scheds[0] > v.steps[-1]:
+            return [Failure("scheduler", f"scheduler.step() ran {len(scheds)} time(s) for {n_steps} optimizer steps, "
+                            "after the last one: it is stepped per epoch. The lab's schedules count optimizer steps: "
+                            "call scheduler.step() right after every optimizer.step().", n_steps,
+                            v.beside(n_steps, scheds[0]))]
+    before = [i for i in scheds if v.steps and i < v.steps[0]]
+    if before:
+        return [Failure("scheduler", "scheduler.step() ran before optimizer.step() at step 1: the first update already "
+                        "used the schedule's second learning rate, and every step after it was one ahead. Call "
+                        "scheduler.step() right after optimizer.step().", 1, v.beside(1, before[0]))]
+    for k in range(1, n_steps + 1):
+        end = v.steps[k] if k < n_steps else len(v.events)
+        between = [i for i in scheds if v.steps[k - 1] < i < end]
+        if len(between) > 1:
+            return [Failure("scheduler", f"scheduler.step() ran {len(between)} times after optimizer step {k}: step "
+                            "it exactly once per optimizer step.", k, v.beside(k, between[1]))]
+        if not between and (k < n_steps or v.run.complete):
+            return [Failure("scheduler", f"scheduler.step() did not run after optimizer step {k}: call it right "
+                            "after every optimizer.step().", k, v.beside(k, v.steps[k - 1]))]
+    return []

@@ -1,0 +1,174 @@
+"""train_one_epoch, the checks on the numbers: what it returned, the gradient each step applied (PyTorch's gradient
+of the mean cross-entropy, at the loop's own parameters), clipping, the logged norms and the mean loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..trace import global_norm
+from .calling import _number_problem, _show
+from .report import Failure
+from .train_run import TrainView
+from .world import _close
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.reshape(-1).double() for t in tensors])
+
+
+def _rel(a, b) -> float:
+    """Relative distance of two lists of tensors, taken as one long vector."""
+    a, b = _flat(a), _flat(b)
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def _clipped(grads, max_norm: float):
+    norm = global_norm(grads)
+    return [g * min(1.0, max_norm / (norm + 1e-6)) for g in grads]  # exactly clip_grad_norm_'s formula
+
+
+def _st_return_value(v: TrainView):
+    if not v.run.complete:
+        return None
+    result, wants_norms = v.run.result, v.exercise in ("clipping", "accumulation", "amp")
+    if not wants_norms:
+        problem = _number_problem(result, "the returned mean loss")
+        return [Failure("return_value", f"{problem}. train_one_epoch returns the epoch's mean training loss.")] \
+            if problem else []
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        return [Failure("return_value", f"train_one_epoch returned {_show(result)}; the contract returns a pair: "
+                                        "(mean loss, list of pre-clip norms).")]
+    problem = _number_problem(result[0], "the mean loss (first returned value)")
+    norms = result[1]
+    if problem is None and not isinstance(norms, (list, tuple)):
+        problem = f"the norms (second returned value) are a {type(norms).__name__}, not a list of floats"
+    if problem is None:
+        problem = next((_number_problem(n, f"norm {i + 1} of the returned list") for i, n in enumerate(norms)
+                        if _number_problem(n, "")), None)
+    if problem is None and len(norms) != len(v.steps):
+        problem = (f"{len(norms)} norms were returned for {len(v.steps)} optimizer steps: append one norm (the value "
+                   f"clip_grad_norm_ returns) per optimizer step")
+    return [Failure("return_value", problem + ".")] if problem else []
+
+
+def _st_gradient(v: TrainView):
+    for k, window in v.windows.items():
+        if any(m.batch is None or m.backward is None for m in window):
+            return None
+        pre = v.pre_clip(k)
+        matched = [f for f in v.factors(k) if _rel(pre, v.combined(k, f)) <= v.tol]
+        if matched:
+            v.accepted[k] = matched[0]
+            continue
+        factor = v.factors(k)[0]
+        expected = v.combined(k, factor)
+        if _rel(pre, v.combined(k, factor, softmax=True)) <= v.tol:
+            ratio = global_norm(expected) / max(global_norm(pre), 1e-12)
+            return [Failure("softmax", f"the gradient at step {k} is that of cross-entropy on softmax probabilities "
+                            f"(about {ratio:.0f}x smaller than it should be): F.cross_entropy applies log-softmax "
+                            "itself, so a softmax before it squashes the gradients. Pass the raw logits to "
+                            "F.cross_entropy.", k)]
+        if v.exercise == "accumulation" and len(window) > 1 and _rel(pre, v.combined(k, 1.0)) <= v.tol:
+            return [Failure("accumulation", f"the gradient at step {k} is {len(window)}x the mean over its "
+                            f"{len(window)} micro-batches: the loss was not divided by accum_steps, so every step "
+                            "acted as if the learning rate were that much larger. Use (loss / accum_steps).backward().",
+                            k)]
+        if v.exercise == "accumulation":
+            return [Failure("accumulation", f"the gradient at step {k} is not the mean over its micro-batches "
+                            f"(relative difference {_rel(pre, expected):.2g}): divide each micro-batch's loss by "
+                            "accum_steps before backward().", k)]
+        return [Failure("gradient", f"the gradient at step {k} is not the gradient of the mean cross-entropy over "
+                        f"the step's batch (relative difference {_rel(pre, expected):.2g}). Compute "
+                        "loss = F.cross_entropy(model(x), y) on the raw logits and call loss.backward() on it.", k)]
+    if v.case.max_norm is None:  # no clipping in this exercise: what backward produced must reach the step untouched
+        for k in v.windows:
+            if _rel(v.applied(k), v.pre_clip(k)) > v.tol:
+                return [Failure("gradient", f"the gradients changed between loss.backward() and optimizer.step() at "
+                                f"step {k}: this exercise applies them as they are.", k, v.beside(k))]
+    return []
+
+
+def _st_clip(v: TrainView):
+    max_norm, clips = v.case.max_norm, [i for i, e in enumerate(v.events) if e.kind == "clip"]
+    for k, window in v.windows.items():
+        wanted = v.combined(k, v.accepted[k])
+        applied = v.applied(k)
+        if _rel(applied, _clipped(wanted, max_norm)) <= v.tol:
+            continue
+        norm, step_at = global_norm(wanted), v.steps[k - 1]
+        start = v.steps[k - 2] if k > 1 else -1
+        last_backward = max(m.backward for m in window)
+        next_forward = next((i for i, _ in v.forwards if i > step_at), len(v.events))
+        before = [i for i in clips if start < i < last_backward]
+        between = [i for i in clips if last_backward < i < step_at]
+        after = [i for i in clips if step_at < i < next_forward]
+        unclipped = f"the unclipped gradient (norm {norm:.4g} > max_norm={max_norm:g})"
+        if _rel(applied, wanted) <= v.tol and not between:
+            if not clips:
+                msg, mark = (f"clip_grad_norm_ was never called: step {k} applied {unclipped}. Call "
+                             "clip_grad_norm_(model.parameters(), max_norm) between loss.backward() and "
+                             "optimizer.step().", step_at)
+            elif before:
+                msg, mark = (f"clip_grad_norm_ ran before loss.backward() at step {k}, when this step's gradients did "
+                             f"not exist yet, so the update used {unclipped}. Call it between loss.backward() and "
+                             "optimizer.step().", before[-1])
+            elif after:
+                msg, mark = (f"clip_grad_norm_ ran after optimizer.step() at step {k}: the update had already used "
+                             f"{unclipped}. Clip between loss.backward() and optimizer.step().", after[0])
+            else:
+                msg, mark = (f"step {k} applied {unclipped}. Call clip_grad_norm_(model.parameters(), max_norm) "
+                             "between loss.backward() and optimizer.step().", step_at)
+            return [Failure("clip", msg, k, v.beside(k, mark))]
+        return [Failure("clip", f"the gradient applied at step {k} has norm {global_norm(applied):.4g}; clipping the "
+                        f"step's gradient (norm {norm:.4g}) to max_norm={max_norm:g} gives {min(norm, max_norm):.4g}. "
+                        "Clip once, after backward, with clip_grad_norm_(model.parameters(), max_norm).", k,
+                        v.beside(k, between[0] if between else step_at))]
+    return []
+
+
+def _st_norms(v: TrainView):
+    if not v.run.complete:
+        return None
+    norms = v.run.result[1]
+    for k, got in enumerate(norms, start=1):
+        want = global_norm(v.combined(k, v.accepted[k]))
+        if _close(float(got), want, v.tol):
+            continue
+        if _close(float(got), min(want, v.case.max_norm), v.tol):
+            msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm after clipping (max_norm="
+                   f"{v.case.max_norm:g}); the contract logs the pre-clip norm {want:.4g}: keep the value "
+                   "clip_grad_norm_ returns.")
+        elif v.case.scaler is not None and _close(float(got), want * v.scale_used(k), v.tol):
+            msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm of the scaled gradients: log the "
+                   "norm after scaler.unscale_(optimizer).")
+        else:
+            msg = (f"the norm returned for step {k} is {float(got):.4g}, but the step's gradient had norm {want:.4g} "
+                   "before clipping: append what clip_grad_norm_ returns, once per optimizer step.")
+        return [Failure("norms", msg, k)]
+    return []
+
+
+def _st_mean_loss(v: TrainView):
+    if not v.run.complete:
+        return None
+    result = v.run.result
+    value = float(result[0] if isinstance(result, (tuple, list)) else result)
+    sizes = [len(v.case.batches[m.batch][1]) for m in v.micros]
+    losses = [v.ref(m)[1] for m in v.micros]
+    want = sum(n * loss for n, loss in zip(sizes, losses)) / sum(sizes)
+    rtol = v.tol / 10
+    if _close(value, want, rtol):
+        return []
+    per_batch = sum(losses) / len(losses)
+    if _close(value, per_batch, rtol):
+        return [Failure("per_sample", f"the returned mean loss {value:.4f} is the average of the per-batch losses; "
+                        f"the per-sample average is {want:.4f}. They differ because the last batch has only "
+                        f"{sizes[-1]} samples. Add loss.item() * len(y) per batch and divide by the number of "
+                        "samples.")]
+    if v.case.accum_steps > 1 and _close(value, want / v.case.accum_steps, rtol):
+        return [Failure("mean_loss", f"the returned mean loss {value:.4f} is the loss divided by accum_steps; report "
+                        f"the unscaled loss ({want:.4f}): add up loss.item() before dividing it for backward.")]
+    return [Failure("mean_loss", f"the returned mean loss is {value:.4f}; the per-sample average of the training loss "
+                    f"over the epoch is {want:.4f}. Add loss.item() * len(y) per batch and divide by the number of "
+                    "samples.")]

@@ -1,0 +1,92 @@
+"""The tiny world every check runs in: constants, the contracts, and a few dozen random images for a tiny SmallCNN.
+
+Everything is seeded, so a check sees the same data and weights every time, and small enough that a whole check runs
+in about a second on a laptop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..data import normalize
+from ..models import SmallCNN
+
+SEED = 20240917
+MAX_EVENTS = 2000  # a run on the checks' tiny data records well under 200: more means a loop that never ends
+DEVICE = "cpu"  # a string: the contract allows torch.device or str, and a string is what most students pass
+N_TRAIN, BATCH = 34, 8  # 5 batches, the last with 2 samples: per-batch and per-sample averages differ
+N_EVAL = 26  # 4 batches, the last with 2 samples
+ACCUM = 2  # 34 samples in batches of 8 -> windows of 2, 2 and a trailing 1 micro-batch
+LR = 0.02
+LOGIT_GAIN = 20.0  # wider logits: losses differ a lot between samples, so averaging mistakes are visible
+CLIP_FRACTION = 0.25  # max_norm is a quarter of the smallest step gradient: every step must clip
+AMP_DTYPE = torch.bfloat16  # what CPU autocast supports
+INIT_SCALE = 2.0**16  # a large loss scale: clipping before unscale_ is off by a factor of 65536
+TRAIN_EXERCISES = ("baseline", "scheduler", "clipping", "accumulation", "amp")
+NOTEBOOKS = {"normalize": "00_data_tour", "baseline": "01_baseline", "evaluate": "01_baseline",
+             "scheduler": "02_scheduler", "clipping": "03_clipping", "accumulation": "04_accumulation",
+             "amp": "05_amp", "checkpoint": "06_checkpointing", "resume": "07_crash_resume",
+             "param_groups": "08_stretch"}
+# the positional parameters of each contract (docs/exercises.md), in order
+CONTRACTS = {
+    "normalize": ("images",),
+    "baseline": ("model", "loader", "optimizer", "device"),
+    "scheduler": ("model", "loader", "optimizer", "scheduler", "device"),
+    "clipping": ("model", "loader", "optimizer", "scheduler", "max_norm", "device"),
+    "accumulation": ("model", "loader", "optimizer", "scheduler", "max_norm", "accum_steps", "device"),
+    "amp": ("model", "loader", "optimizer", "scheduler", "max_norm", "scaler", "amp_dtype", "device"),
+    "evaluate": ("model", "loader", "device"),
+    "save_checkpoint": ("path", "model", "optimizer", "scheduler", "scaler", "step"),
+    "load_checkpoint": ("path", "model", "optimizer", "scheduler", "scaler"),
+    "resume": ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every", "device"),
+    "param_groups": ("model", "weight_decay"),
+}
+# the lab's own implementations a graded function must not hand its work to ("module:function")
+FORBIDDEN = {
+    "train": ("labutils.loop:train_one_epoch", "labutils.loop:fit", "labutils.loop:optimizer_step"),
+    "evaluate": ("labutils.evaluation:evaluate", "labutils.loop:evaluate", "labutils.loop:fit"),
+    "checkpoint": ("labutils.checkpoint:save_checkpoint", "labutils.checkpoint:load_checkpoint",
+                   "labutils.checkpoint:atomic_save", "labutils.checkpoint:verified_load",
+                   "labutils.checkpoint:load_latest_valid"),
+    "resume": ("labutils.loop:fit", "labutils.loop:train_one_epoch"),
+    "normalize": ("labutils.data:normalize",),
+    "param_groups": ("labutils.optim:param_groups",),
+}
+
+
+def _images(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 256, (n, 28, 28), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+
+
+def _tiny_model(dropout: float = 0.0, gain: float = LOGIT_GAIN) -> SmallCNN:
+    model = SmallCNN(channels=(2, 4), dropout=dropout)  # ~25k parameters: a step takes about a millisecond
+    with torch.no_grad():
+        model.head[-1].weight.mul_(gain)
+    return model
+
+
+def _crafted_labels(model, images: torch.Tensor, n_last: int) -> torch.Tensor:
+    """Labels the model gets right, except in the small last batch where it is as wrong as it can be: the last batch's
+    loss and accuracy differ a lot from the rest, so averaging per batch instead of per sample shows."""
+    was_training = model.training
+    with torch.no_grad():
+        logits = model.eval()(normalize(images))
+    model.train(was_training)
+    labels = logits.argmax(dim=1)
+    labels[-n_last:] = logits[-n_last:].argmin(dim=1)
+    return labels
+
+
+def _match(x, batches) -> int | None:
+    """Which of the loader's batches is ``x`` (the input a forward saw)?"""
+    if not isinstance(x, torch.Tensor):
+        return None
+    x = x.detach().float().cpu()
+    candidates = [j for j, (bx, _) in enumerate(batches) if bx.shape == x.shape]
+    exact = [j for j in candidates if torch.equal(batches[j][0], x)]
+    close = [j for j in candidates if torch.allclose(batches[j][0], x, atol=1e-2)]  # e.g. a bf16 copy of x
+    return (exact or close or [None])[0]
+
+
+def _close(a: float, b: float, rtol: float) -> bool:
+    return abs(a - b) <= rtol * max(abs(b), 1e-8)

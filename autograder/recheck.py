@@ -43,6 +43,13 @@ class Snapshot:
     """Identity snapshot of guarded modules' and classes' attributes (and small global registries' contents)."""
 
     def __init__(self) -> None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # touching deprecated torch aliases warns; this only reads them
+            self._take()
+
+    def _take(self) -> None:
         self.modules: dict[str, tuple[ModuleType, dict]] = {}
         self.classes: list[tuple[type, dict]] = []
         self.contents: list[tuple[object, object]] = []
@@ -57,11 +64,16 @@ class Snapshot:
                 elif type(value) in _CONTAINERS and len(value) <= 256:  # global hook registries and the like
                     self.contents.append((value, value.copy()))
 
-    def restore(self) -> None:
+    # The builtins these two use are bound at definition time (default arguments): a cell that replaced
+    # ``builtins.vars`` or ``autograder.recheck.sys`` cannot blind the restore that is meant to undo it.
+    def restore(self, _vars=vars, _setattr=setattr, _delattr=delattr, _isinstance=isinstance,
+                _modules=sys.modules, _module_type=ModuleType, _missing=_MISSING) -> None:
         """Put every guarded attribute back; remove attributes added to guarded classes."""
+        vars, setattr, delattr, isinstance, ModuleType, _MISSING = (  # noqa: N806 - the captured originals
+            _vars, _setattr, _delattr, _isinstance, _module_type, _missing)
         for name, (mod, saved) in self.modules.items():
-            if sys.modules.get(name) is not mod:
-                sys.modules[name] = mod
+            if _modules.get(name) is not mod:
+                _modules[name] = mod
             current = vars(mod)
             for key, value in saved.items():
                 if current.get(key, _MISSING) is not value:
@@ -87,8 +99,10 @@ class Snapshot:
                 container.clear()
                 container.update(saved) if isinstance(container, (dict, set)) else container.extend(saved)
 
-    def tampered(self) -> list[str]:
+    def tampered(self, _vars=vars, _callable=callable, _isinstance=isinstance, _missing=_MISSING,
+                 _kinds=(FunctionType, property, staticmethod, classmethod)) -> list[str]:
         """Guarded functions and classes whose binding changed since the snapshot (or the last restore)."""
+        vars, callable, isinstance, _MISSING = _vars, _callable, _isinstance, _missing  # noqa: N806
         changed = []
         for name, (mod, saved) in self.modules.items():
             current = vars(mod)
@@ -98,7 +112,7 @@ class Snapshot:
         for cls, saved in self.classes:
             current = vars(cls)
             for key, value in saved.items():
-                if isinstance(value, (FunctionType, property, staticmethod, classmethod)):
+                if isinstance(value, _kinds):
                     if current.get(key, _MISSING) is not value:
                         changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
             for key in current:
@@ -125,14 +139,22 @@ def make_shell():
     return InteractiveShell.instance(config=config)
 
 
-def run(spec_path: str, out_fd: int) -> None:
-    """Execute the spec's cells, run the hidden checks at test cells, write one JSON line per check to ``out_fd``."""
+def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
+    """Execute the spec's cells, run the hidden checks at test cells, write one JSON line per check to ``out_fd``.
+
+    Every line carries ``nonce`` (made by the zygote right before the fork, never written anywhere), so a notebook
+    that prints look-alike result lines to the pipe and exits is not believed.
+    """
     snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
+    # bound now, before any student code runs: later changes to these classes or modules cannot reach them
+    restore, tampered, run_check, dumps, monotonic = snapshot.restore, snapshot.tampered, hidden.run_check, \
+        json.dumps, time.monotonic
     import labutils.checks as checks_module
 
     checks = sys.modules["labutils.checks"]
     assert checks is checks_module
     out = os.fdopen(out_fd, "w", buffering=1)
+    write = out.write
     with open(spec_path) as f:
         spec = json.load(f)
     shell = make_shell()
@@ -141,25 +163,26 @@ def run(spec_path: str, out_fd: int) -> None:
     for cell in spec["cells"]:
         if cell.get("checks"):
             for notebook_id, function_name in cell["checks"]:
-                started = time.monotonic()
-                snapshot.restore()
-                passed, message = hidden.run_check(notebook_id, function_name, shell.user_ns, checks)
-                changed = snapshot.tampered()
+                started = monotonic()
+                restore()
+                passed, message = run_check(notebook_id, function_name, shell.user_ns, checks)
+                changed = tampered()
                 if changed:
                     passed = False
                     message = (
                         f"{function_name} changed {', '.join(sorted(changed)[:5])} while it was being checked; "
                         "functions that modify torch or labutils are not accepted."
                     )
-                snapshot.restore()
+                restore()
                 line = {
                     "grade_id": cell["grade_id"],
                     "function": function_name,
-                    "passed": passed,
-                    "message": message,
-                    "seconds": round(time.monotonic() - started, 3),
+                    "passed": passed is True,
+                    "message": str(message),
+                    "seconds": round(monotonic() - started, 3),
+                    "nonce": nonce,
                 }
-                out.write(json.dumps(line) + "\n")
+                write(dumps(line) + "\n")
         elif cell.get("run", True):
             if cell_timeout:
                 signal.setitimer(signal.ITIMER_REAL, cell_timeout)

@@ -187,6 +187,7 @@ def _fork_kernel(req: dict) -> int:
 
 def _run_recheck(req: dict) -> dict:
     rfd, wfd = os.pipe()
+    nonce = os.urandom(16).hex()  # lives only in memory: only the recheck code's own lines carry it
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -195,7 +196,7 @@ def _run_recheck(req: dict) -> dict:
             _enter_child(req, keep_fd=wfd)
             from .recheck import run
 
-            run(req["spec"], RESULT_FD)
+            run(req["spec"], RESULT_FD, nonce)
             code = 0
         except BaseException:
             import traceback
@@ -220,7 +221,15 @@ def _run_recheck(req: dict) -> dict:
         chunks.append(data)
     os.close(rfd)
     _kill_session(pid)
-    return {"status": status, "pid": pid, "lines": b"".join(chunks).decode("utf-8", "replace").splitlines()}
+    lines = []
+    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and item.pop("nonce", None) == nonce:
+            lines.append(json.dumps(item))
+    return {"status": status, "pid": pid, "lines": lines}
 
 
 def _kill_session(pid: int) -> None:

@@ -121,7 +121,7 @@ def test_grade_the_class_feedback_summary_and_isolation(graded_class):
     assert len(solutions_feedback) == 9
     for html in (out / "feedback").rglob("*.html"):
         text = html.read_text()
-        assert "BEGIN HIDDEN TESTS" not in text and "autograder.hidden" not in text, html
+        assert "BEGIN HIDDEN TESTS" not in text and "from autograder.hidden import" not in text, html
     mutant = (out / "feedback" / "mutant-no-zero-grad" / "01_baseline.html").read_text()
     assert "still in .grad from step 1" in mutant  # the failed test's explanation is in the student's feedback
     summary = (out / "summary.md").read_text()

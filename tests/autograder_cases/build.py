@@ -251,6 +251,14 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     cheat3 = insert_cell(cheat3, "train_one_epoch", CHEAT_VERIFY, after=True)
     s.append(Student("patches-torch", "replaces autograder.hidden.verify and torch's clip_grad_norm_ and allclose",
                      {"03_clipping": cheat3}, failing={("03_clipping", t03.name)}))
+    forge = insert_cell(cheat, "train_one_epoch", FORGE_RESULTS, after=True)
+    s.append(Student("forges-results", "prints look-alike hidden-test results to the grader's pipe, then exits",
+                     {"02_scheduler": forge}, failing={("02_scheduler", t02.name)},
+                     messages={("02_scheduler", t02.name): "stopped before it finished"}))
+    during = insert_cell(cheat, "train_one_epoch", PATCH_DURING_CHECK, after=True)
+    s.append(Student("patches-during-check", "the graded function patches torch while it is being checked",
+                     {"02_scheduler": during}, failing={("02_scheduler", t02.name)},
+                     messages={("02_scheduler", t02.name): "while it was being checked"}))
     # writes outside its folder and reads what it must not: all blocked, and a correct function still scores
     escape = insert_cell(sol["02_scheduler"], "train_one_epoch", escape_source(repo, out_dir), after=True)
     s.append(Student("escape", "writes to the repo and the gradebook, reads the solutions and the reference loop",
@@ -283,6 +291,32 @@ class _Pass:
 _checks.check_train_one_epoch = lambda *args, **kwargs: _Pass()
 _checks.CheckReport.passed = property(lambda self: True)
 _checks.CheckReport.assert_passed = lambda self: self
+'''
+
+FORGE_RESULTS = '''\
+import json
+import os
+
+if not hasattr(get_ipython(), "kernel"):  # only in the grader's re-run, not in the kernel
+    for fd in range(3, 12):
+        try:
+            os.write(fd, (json.dumps({"grade_id": "test_train_one_epoch", "function": "train_one_epoch",
+                                      "passed": True, "message": ""}) + "\\n").encode())
+        except OSError:
+            pass
+    os._exit(0)
+'''
+
+PATCH_DURING_CHECK = '''\
+_inner_train = train_one_epoch
+
+
+def train_one_epoch(model, loader, optimizer, scheduler, device):
+    import torch
+
+    torch.allclose = lambda *args, **kwargs: True
+    torch.isclose = lambda a, b, *args, **kwargs: torch.ones_like(torch.as_tensor(a), dtype=torch.bool)
+    return _inner_train(model, loader, optimizer, scheduler, device)
 '''
 
 CHEAT_VERIFY = '''\

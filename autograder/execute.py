@@ -338,6 +338,48 @@ def _gradebook_sources(resources) -> dict[str, str]:
 # --- sanitising and feedback ---------------------------------------------------------------------------------------------
 
 
+class NormalizeMetadata(NbGraderPreprocessor):
+    """First of all: every cell's nbgrader metadata becomes the gradebook's for its grade_id; metadata a student
+    invented, broke or duplicated is dropped. nbgrader refuses a notebook whose metadata does not validate, which
+    would cost the student the whole notebook for a slip of the editor."""
+
+    def preprocess(self, nb, resources):
+        canonical = _canonical_metadata(resources)
+        seen = set()
+        for cell in nb.cells:
+            meta = cell.get("metadata")
+            if not isinstance(meta, dict) or "nbgrader" not in meta:
+                continue
+            nbg = meta["nbgrader"]
+            grade_id = nbg.get("grade_id") if isinstance(nbg, dict) else None
+            if not isinstance(grade_id, str) or grade_id not in canonical or grade_id in seen:
+                del meta["nbgrader"]
+                continue
+            seen.add(grade_id)
+            meta["nbgrader"] = NotebookNode(dict(canonical[grade_id]))
+        return nb, resources
+
+
+def _canonical_metadata(resources) -> dict[str, dict]:
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        try:
+            notebook = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        except MissingEntry:
+            return {}
+        grades = {c.name: c.max_score for c in notebook.grade_cells}
+        tasks = {c.name: c.max_score for c in notebook.task_cells}
+        solutions = {c.name for c in notebook.solution_cells}
+        out = {}
+        for cell in notebook.source_cells:
+            meta = {"grade": cell.name in grades, "grade_id": cell.name, "locked": bool(cell.locked),
+                    "schema_version": 3, "solution": cell.name in solutions, "task": cell.name in tasks}
+            if cell.name in grades or cell.name in tasks:
+                meta["points"] = float(grades.get(cell.name, tasks.get(cell.name)))
+            out[cell.name] = meta
+        return out
+
+
 class RestoreCells(OverwriteCells):
     """OverwriteCells that also puts back deleted test cells, after the nearest earlier cell that survived."""
 

@@ -166,7 +166,7 @@ def _autograde(course: Path, student: str, cfg: dict) -> None:
     c.CourseDirectory.assignment_id = ASSIGNMENT
     c.CourseDirectory.student_id = student
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, DeduplicateIds, OverwriteKernelspec, execute.RestoreCells, CheckCellMetadata,
+        execute.NormalizeMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec, execute.RestoreCells, CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
         execute.SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
@@ -277,10 +277,14 @@ def grade_task(task: dict, cfg: dict, zygote: Zygote) -> dict:
     logging.getLogger().addHandler(errors)
     result = {"id": task["id"], "student": student, "notebook": notebook, "status": "graded", "notes": ctx.notes}
     try:
+        t0 = time.monotonic()
         _autograde(course, student, cfg)
+        ctx.timings["autograde_s"] = round(time.monotonic() - t0, 2)
         result["tests"] = _read_grades(course, student, notebook)
         try:
+            t0 = time.monotonic()
             _feedback(course, student)
+            ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
             html = course / "feedback" / student / ASSIGNMENT / f"{notebook}.html"
             result["feedback"] = str(html) if html.exists() else None
         except Exception as exc:  # feedback is a courtesy; the grade stands without it

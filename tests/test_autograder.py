@@ -173,9 +173,16 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     for name, cells in {"slow": ("import time\ntime.sleep(2.5)",) * 3, "quick": ()}.items():
         (tmp_path / "subs" / name).mkdir(parents=True)
         nbformat.write(toy_notebook("    return a + b\n", cells), tmp_path / "subs" / name / "00_toy.ipynb")
-    proc = run_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source,
-                   "--timeout-cell", 4, "--timeout-notebook", 6, timeout=300)
+    db = tmp_path / "elsewhere" / "book.db"
+    db.parent.mkdir()
+    proc = run_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source, "--db",
+                   f"sqlite:///{db}", "--timeout-cell", 4, "--timeout-notebook", 6, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{db}") as gb:  # any SQLAlchemy URL: the gradebook went where --db said
+        assert sorted(s.id for s in gb.students) == ["quick", "slow"]
+        assert gb.find_submission("loop_lab", "quick").score == 1
     assert build.read_csv(tmp_path / "out" / "grades.csv") == [
         {"student": "quick", "notebook": "00_toy", "score": "1", "max_score": "1"},
         {"student": "slow", "notebook": "00_toy", "score": "0", "max_score": "1"},
@@ -183,6 +190,16 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     slow = build.read_json(tmp_path / "out" / "slow.json")
     assert "6 s time limit" in slow["tests"][0]["message"]
     assert "kernels warm" in proc.stderr and "slowest" in proc.stderr  # progress is shown
+
+
+@needs_solutions
+def test_release_command_writes_notebooks_under_root(tmp_path):
+    shutil.copytree(SOLUTIONS, tmp_path / "solutions" / "loop_lab")
+    proc = run_cli("--root", tmp_path, "release", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    written = sorted(p.name for p in (tmp_path / "notebooks").glob("*.ipynb"))
+    assert written == sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
+    assert all(line.endswith(".ipynb") for line in proc.stdout.split())
 
 
 def test_discover_layouts(tmp_path):

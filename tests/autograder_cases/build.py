@@ -239,6 +239,14 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     s.append(Student("edited-tests", "a test cell emptied, another deleted, with a buggy function",
                      {"01_baseline": edited}, failing={("01_baseline", t01.name)},
                      messages={("01_baseline", t01.name): variants["no_zero_grad"].expected_message}))
+    # broken nbgrader metadata (nbgrader itself would refuse the notebook): repaired from the gradebook
+    broken = copy.deepcopy(sol["02_scheduler"])
+    broken.cells[test_cell_index(broken, t02.name)].metadata["nbgrader"].update(points=-5, locked=False,
+                                                                               schema_version=99)
+    solution_cell(broken, "train_one_epoch").metadata["nbgrader"] = "not a dict"
+    broken.cells[0].metadata["nbgrader"] = {"grade": True, "grade_id": "made_up", "points": 100}
+    s.append(Student("broken-metadata", "corrupted nbgrader metadata (points, schema, a made-up test)",
+                     {"02_scheduler": broken}))
     # monkeypatching the checks so the visible test passes: the hidden test re-runs on pristine modules
     cheat = with_function(sol["02_scheduler"], ("train_one_epoch",),
                           mutants.source(variants["scheduler_before_optimizer"]), mutants.IMPORTS)

@@ -131,12 +131,13 @@ def _first_line(message: str, width: int = 140) -> str:
 def write_summary(out: Path, records: list[dict], test_max: dict, result) -> None:
     totals = [r["score"] for r in records]
     max_total = sum(m for m, _ in test_max.values())
+    auto_total = sum(m for m, manual in test_max.values() if not manual)
     n = len(records)
     lines = [
         f"# Loop Lab grades: {ASSIGNMENT}",
         "",
         f"{n} student(s), graded {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {result.seconds:.0f} s; "
-        f"maximum {max_total:g} points.",
+        f"maximum {max_total:g} points, of which {auto_total:g} autograded.",
         "",
     ]
     if not result.complete:
@@ -153,22 +154,27 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
             *[f"| {score:g} | {count} |" for score, count in sorted(Counter(totals).items())],
             "",
         ]
-    lines += ["## Tests", "", "Autograded tests, then written answers (graded by hand in the gradebook: their "
-              "points are 0 in grades.csv until then).", "",
-              "| notebook | test | points | failed | most common message |", "|---|---|---:|---:|---|"]
+    lines += ["## Tests", "",
+              "Failures count the students who handed the notebook in; the message is the most common first line of "
+              "their failures. Written answers are graded by hand in the gradebook (0 in grades.csv until then).", "",
+              "| notebook | test | points | failed | not handed in | most common message |",
+              "|---|---|---:|---:|---:|---|"]
     failures = {}
     for (nb, name), (max_points, manual) in sorted(test_max.items(), key=lambda kv: kv[1][1]):
-        tests = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name]
-        failed = [t for t in tests if t["passed"] is False]
+        handed_in = [r for r in records if r["notebooks"][nb]["status"] not in ("missing", "unreadable")]
+        absent = n - len(handed_in)
+        tests = [t for r in handed_in for t in r["tests"] if t["notebook"] == nb and t["name"] == name]
         if manual:
-            to_grade = sum(1 for t in tests if t["passed"] is None)
-            lines.append(f"| {nb} | {name} (written) | {max_points:g} | {len(failed)}/{n} | "
-                         f"{to_grade} answer(s) to grade by hand |")
+            answered = sum(1 for t in tests if t["passed"] is None)
+            lines.append(f"| {nb} | {name} (written) | {max_points:g} | | {absent} | "
+                         f"{answered} answer(s) to grade by hand, {len(tests) - answered} left blank |")
             continue
-        failures[(nb, name)] = len(failed)
+        failed = [t for t in tests if t["passed"] is False]
+        failures[(nb, name)] = len(failed) + absent
         common = Counter(_first_line(t["message"]) for t in failed if t["message"]).most_common(1)
         message = f"{common[0][0]} ({common[0][1]}x)" if common else ""
-        lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{n} | {message.replace('|', '/')} |")
+        lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
+                     f"{message.replace('|', '/')} |")
     noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
                                           if v["status"] != "missing"]) for r in records]
     noted = [(s, notes) for s, notes in noted if notes]
@@ -197,7 +203,7 @@ def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: 
     ax2.barh(labels, list(failures.values()), color="tab:red")
     ax2.invert_yaxis()
     ax2.set_xlim(0, max(n, 1))
-    ax2.set_xlabel(f"students failing (of {n})")
+    ax2.set_xlabel(f"students failing or not handing in (of {n})")
     ax2.set_title("Failures per test")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

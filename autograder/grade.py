@@ -349,7 +349,7 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         notebooks = generate_assignment(source, work / "template", f"sqlite:///{template_db}")
         db_url = opts.db_url or f"sqlite:///{out / 'gradebook.db'}"
         generate_assignment(source, work / "instructor", db_url)
-        subs = discover(Path(submissions), notebooks, student=opts.student)
+        subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
         log(f"grading {len(subs)} student(s) x {len(notebooks)} notebook(s) with {opts.jobs} process(es); "
             f"gradebook {db_url}")
         outcomes, tasks = _plan(subs, notebooks)

@@ -190,6 +190,13 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     slow = build.read_json(tmp_path / "out" / "slow.json")
     assert "6 s time limit" in slow["tests"][0]["message"]
     assert "kernels warm" in proc.stderr and "slowest" in proc.stderr  # progress is shown
+    # one student's single notebook, given by a relative path
+    single = os.path.relpath(tmp_path / "subs" / "quick" / "00_toy.ipynb", REPO)
+    proc = run_cli("grade", single, "--student", "solo", "--out", tmp_path / "one", "--source", source, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert build.read_csv(tmp_path / "one" / "grades.csv") == [
+        {"student": "solo", "notebook": "00_toy", "score": "1", "max_score": "1"}]
+    assert (tmp_path / "one" / "feedback" / "solo" / "00_toy.html").exists()
 
 
 @needs_solutions

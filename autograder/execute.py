@@ -160,6 +160,8 @@ class SandboxedExecute(Execute):
     notebook_timeout = Integer(300, help="seconds for the whole notebook (the recheck gets as much again)").tag(
         config=True
     )
+    output_limit = Integer(2_000_000, help="characters of output kept per cell; the rest is dropped").tag(config=True)
+
     def __init__(self, **kw):
         kw["kernel_manager_class"] = ZygoteKernelManager
         kw.setdefault("shutdown_kernel", "immediate")  # a finished (or stuck) kernel is killed, not asked nicely
@@ -169,6 +171,7 @@ class SandboxedExecute(Execute):
         from nbclient.client import NotebookClient
 
         ctx = _context()
+        self._output_used: dict[int, int] = {}
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
@@ -231,6 +234,22 @@ class SandboxedExecute(Execute):
                     cell.outputs = [*cell.get("outputs", []), _error("NotRun", stop_reason)]
         self._recheck(resources, timed_out, stopped_at)
         return self.nb, self.resources
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep at most ``output_limit`` characters of a cell's output (errors always): a cell printing in a loop
+        must not fill the grader's memory before its time limit stops it."""
+        if msg.get("msg_type") == "error":
+            return super().output(outs, msg, display_id, cell_index)
+        content = msg.get("content", {})
+        size = len(content.get("text", "")) + sum(len(str(v)) for v in content.get("data", {}).values())
+        used = self._output_used.get(cell_index, 0)
+        self._output_used[cell_index] = used + size
+        if used + size <= self.output_limit:
+            return super().output(outs, msg, display_id, cell_index)
+        if used <= self.output_limit:  # the first message over the limit: say so, once
+            outs.append(NotebookNode(output_type="stream", name="stdout",
+                                     text=f"\n... output cut by the grader after {self.output_limit:,} characters\n"))
+        return None
 
     def _death_reason(self) -> str:
         ctx = _context()

@@ -1,4 +1,4 @@
-"""``python -m labutils``: train, crash-resume, lab and data.
+"""``python -m labutils``: train, crash-resume, lab (the notebooks), reference (the CLI pipeline) and data.
 
 Every ``train`` flag is generated from :class:`~labutils.config.LabConfig`, so the CLI, the config printed at the
 start of a run and the config stored in each checkpoint can never disagree.
@@ -58,10 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     crash.add_argument("--save-every", type=int, default=None, help="default: about 4 checkpoints per epoch")
     crash.add_argument("--seed", type=int, default=0)
 
-    lab = commands.add_parser("lab", help="run the whole reference pipeline, stage by stage, into --out")
+    lab = commands.add_parser("lab", help="execute the solution notebooks in order and collect their plots and "
+                                          "numbers into --out (what `make lab` runs)")
     lab.add_argument("--out", default="artifacts")
-    lab.add_argument("--subset", type=int, default=None, help="smoke run on N training images")
-    lab.add_argument("--epochs", type=int, default=5)
+    lab.add_argument("--mode", choices=("full", "smoke"), default="full", help="smoke: a subset and one short epoch")
+    lab.add_argument("notebooks", nargs="*", help="notebook ids to run (default: all, in order)")
+
+    reference = commands.add_parser("reference", help="run the reference loop stage by stage (baseline -> ... -> "
+                                                      "crash/resume) through the CLI into --out")
+    reference.add_argument("--out", default="artifacts/reference")
+    reference.add_argument("--subset", type=int, default=None, help="smoke run on N training images")
+    reference.add_argument("--epochs", type=int, default=5)
 
     commands.add_parser("data", help="make sure FashionMNIST is present (and say where it came from)")
     return parser
@@ -106,6 +113,17 @@ def _run_crash_resume(args) -> int:
 
 
 def _run_lab(args) -> int:
+    from .sequence import run_sequence
+
+    try:
+        run_sequence(args.out, mode=args.mode, notebooks=args.notebooks)
+    except RuntimeError as exc:  # a notebook failed: say which, point at the executed copy
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_reference(args) -> int:
     from .pipeline import run_pipeline
 
     run_pipeline(args.out, subset=args.subset, epochs=args.epochs)
@@ -125,7 +143,8 @@ def _run_data(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"train": _run_train, "crash-resume": _run_crash_resume, "lab": _run_lab, "data": _run_data}
+    handlers = {"train": _run_train, "crash-resume": _run_crash_resume, "lab": _run_lab, "reference": _run_reference,
+                "data": _run_data}
     try:
         return handlers[args.command](args)
     except ValueError as exc:  # bad config values: one clear line, not a traceback

@@ -1,0 +1,79 @@
+"""``make lab``: execute the solution notebooks in full mode, in order, and collect what they measured.
+
+Each notebook runs top to bottom with nbclient in a fresh kernel of this interpreter, ``LAB_MODE=full`` and
+``LAB_ARTIFACTS`` pointing at the output folder, where :mod:`labutils.lesson` writes each notebook's numbers
+(``<notebook_id>.json``) and figures. The executed notebooks are kept beside them, and ``summary.md`` gathers one row
+per notebook: validation accuracy, epoch time, throughput and the notebook's own wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions" / "loop_lab"
+CELL_TIMEOUT_S = 600
+
+
+def execute_notebook(path: Path, out_dir: Path, mode: str) -> float:
+    """Run one notebook (stopping at the first failing cell); save the executed copy; return its wall time."""
+    nb = nbformat.read(path, as_version=4)
+    os.environ.update(LAB_MODE=mode, LAB_ARTIFACTS=str(out_dir.resolve()))  # inherited by the kernel
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    started = time.perf_counter()
+    try:
+        client.execute()
+    finally:
+        executed = out_dir / "notebooks" / path.name
+        executed.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, executed)  # also when a cell failed: the saved copy shows where and why
+    return time.perf_counter() - started
+
+
+def summary_table(out_dir: Path, wall_times: dict[str, float]) -> str:
+    rows = ["| notebook | val acc | mean epoch time (s) | samples/s | notebook wall time (s) |",
+            "|---|---|---|---|---|"]
+    for notebook, seconds in wall_times.items():
+        numbers = json.loads((out_dir / f"{notebook}.json").read_text())
+        acc, epoch_s, speed = (numbers.get(k) for k in ("val_acc", "epoch_seconds", "samples_per_s"))
+        rows.append(f"| {notebook} | {_fmt(acc, '.2%')} | {_fmt(epoch_s, '.1f')} | {_fmt(speed, ',.0f')} "
+                    f"| {seconds:.0f} |")
+    total = sum(wall_times.values())
+    return "\n".join(rows) + f"\n\nWhole sequence: {total:.0f} s ({total / 60:.1f} min).\n"
+
+
+def _fmt(value, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def run_sequence(out_dir="artifacts", mode: str = "full", notebooks: list[str] | None = None) -> Path:
+    """Execute the solution notebooks (all, or those named) into ``out_dir``; write ``summary.md``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = sorted(SOLUTIONS.glob("*.ipynb"))
+    if notebooks:
+        unknown = set(notebooks) - {p.stem for p in paths}
+        if unknown:
+            raise ValueError(f"no such notebook(s) {sorted(unknown)}: choose from {[p.stem for p in paths]}")
+        paths = [p for p in paths if p.stem in notebooks]
+    wall_times = {}
+    for i, path in enumerate(paths, 1):
+        print(f"[{i}/{len(paths)}] {path.stem} ({mode} mode) ...", flush=True)
+        try:
+            wall_times[path.stem] = execute_notebook(path, out, mode)
+        except CellExecutionError as exc:
+            raise RuntimeError(f"{path.stem} failed; the executed copy is in {out / 'notebooks'}:\n"
+                               f"{str(exc)[-2000:]}") from None
+        print(f"      done in {wall_times[path.stem]:.0f} s", flush=True)
+    summary = out / "summary.md"
+    summary.write_text(f"# Loop Lab: the notebook sequence ({mode} mode)\n\n" + summary_table(out, wall_times))
+    print(f"\n{summary.read_text()}\nwrote {summary}")
+    return summary

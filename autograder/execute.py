@@ -1,15 +1,12 @@
-"""nbgrader plug-ins: run a notebook in a sandboxed, pre-warmed kernel and re-run its hidden tests outside it.
+"""Run a notebook in a sandboxed, pre-warmed kernel and re-run its hidden tests outside it.
 
-- :class:`ZygoteKernelManager` starts each ipykernel as a fork of the zygote (:mod:`autograder.zygote`): torch and the
-  data are already loaded, and the kernel confines itself (:mod:`autograder.sandbox`) before running a cell.
 - :class:`SandboxedExecute` replaces nbgrader's ``Execute``: a per-cell and a per-notebook time limit, and a kernel
   that dies (``os._exit``, ``exit()``, the memory limit, a segfault) or will not stop fails the cell it was running
   and every later cell with a clear message instead of aborting the student's whole submission. Unexecuted test
   cells never count as passed. Then the hidden tests that passed inside the kernel are re-run in a fresh sandboxed
   process on pristine imports (:mod:`autograder.recheck`); a failure there is appended to the test cell as an error.
-- :class:`RestoreCells` is nbgrader's ``OverwriteCells`` with deleted test cells put back (from the gradebook's source
-  cells), robust to a student also deleting the cells around them.
-- :class:`ScrubHiddenTests` keeps hidden-test code out of the feedback: a failed test shows its message only.
+  Its kernels are forks of the zygote (:mod:`autograder.kernels`).
+- The preprocessors that clean a submission before it runs are in :mod:`autograder.cells`.
 
 The worker sets :data:`CONTEXT` (where the task's files go, the zygote, the limits) before each notebook.
 """
@@ -17,27 +14,22 @@ The worker sets :data:`CONTEXT` (where the task's files go, the zygote, the limi
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jupyter_client.manager import AsyncKernelManager
-from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
+from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from . import sandbox
+from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests  # noqa: F401 (the worker's list)
+from .kernels import ZygoteKernelManager
 
 VERIFY_CALL = re.compile(r"""verify\(\s*["']([\w.-]+)["']\s*,\s*["'](\w+)["']\s*\)""")
-HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
 
 
 @dataclass
@@ -63,80 +55,6 @@ def _context() -> TaskContext:
     if CONTEXT is None:
         raise RuntimeError("autograder.execute.CONTEXT is not set: these preprocessors run inside autograder.worker")
     return CONTEXT
-
-
-# --- kernels forked from the zygote -----------------------------------------------------------------------------------
-
-
-class ForkedKernelProcess:
-    """Popen-like handle on a kernel the zygote forked (not our child: we poll with signal 0, the zygote reaps)."""
-
-    stdin = stdout = stderr = None
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                self.returncode = -signal.SIGKILL
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"kernel {self.pid} still running")
-            time.sleep(0.05)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)  # the kernel leads its own session: this reaches what it started too
-        except OSError:
-            os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-class ZygoteProvisioner(LocalProvisioner):
-    """Launches the kernel by asking the zygote to fork one, confined to the task's folder."""
-
-    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
-        ctx = _context()
-        argv = cmd[cmd.index("-f"):] if "-f" in cmd else cmd[1:]
-        conn_file = argv[argv.index("-f") + 1] if "-f" in argv else None
-        policy = dict(ctx.policy)
-        policy["bind_ports"] = [int(self.connection_info[k]) for k in
-                                ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")]
-        policy["read_files"] = [*policy.get("read_files", []), *([conn_file] if conn_file else [])]
-        cwd = str(kwargs.get("cwd") or ctx.task_dir)
-        policy["write_dirs"] = [*policy.get("write_dirs", []), cwd]
-        reply = ctx.zygote.request({
-            "op": "kernel", "argv": argv, "cwd": cwd, "env": ctx.kernel_env, "policy": policy,
-            "log": str(ctx.task_dir / "kernel.log"), "threads": ctx.threads,
-        })
-        if "pid" not in reply:
-            raise RuntimeError(f"the zygote could not start a kernel: {reply}")
-        self.process = ForkedKernelProcess(reply["pid"])
-        self.pid = self.pgid = reply["pid"]
-        self.cwd = cwd
-        return self.connection_info
-
-
-class ZygoteKernelManager(AsyncKernelManager):
-    async def _async_pre_start_kernel(self, **kw):
-        if self.provisioner is None:
-            self.kernel_id = self.kernel_id or str(uuid.uuid4())
-            self.provisioner = ZygoteProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
-        return await super()._async_pre_start_kernel(**kw)
 
 
 # --- execution ---------------------------------------------------------------------------------------------------------
@@ -352,92 +270,3 @@ def _gradebook_sources(resources) -> dict[str, str]:
         except MissingEntry:
             return {}
         return {cell.name: cell.source for cell in notebook.source_cells}
-
-
-# --- sanitising and feedback ---------------------------------------------------------------------------------------------
-
-
-class NormalizeMetadata(NbGraderPreprocessor):
-    """First of all: every cell's nbgrader metadata becomes the gradebook's for its grade_id; metadata a student
-    invented, broke or duplicated is dropped. nbgrader refuses a notebook whose metadata does not validate, which
-    would cost the student the whole notebook for a slip of the editor."""
-
-    def preprocess(self, nb, resources):
-        canonical = _canonical_metadata(resources)
-        seen = set()
-        for cell in nb.cells:
-            meta = cell.get("metadata")
-            if not isinstance(meta, dict) or "nbgrader" not in meta:
-                continue
-            nbg = meta["nbgrader"]
-            grade_id = nbg.get("grade_id") if isinstance(nbg, dict) else None
-            if not isinstance(grade_id, str) or grade_id not in canonical or grade_id in seen:
-                del meta["nbgrader"]
-                continue
-            seen.add(grade_id)
-            meta["nbgrader"] = NotebookNode(dict(canonical[grade_id]))
-        return nb, resources
-
-
-def _canonical_metadata(resources) -> dict[str, dict]:
-    nbg = resources["nbgrader"]
-    with Gradebook(nbg["db_url"]) as gb:
-        try:
-            notebook = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-        except MissingEntry:
-            return {}
-        grades = {c.name: c.max_score for c in notebook.grade_cells}
-        tasks = {c.name: c.max_score for c in notebook.task_cells}
-        solutions = {c.name for c in notebook.solution_cells}
-        out = {}
-        for cell in notebook.source_cells:
-            meta = {"grade": cell.name in grades, "grade_id": cell.name, "locked": bool(cell.locked),
-                    "schema_version": 3, "solution": cell.name in solutions, "task": cell.name in tasks}
-            if cell.name in grades or cell.name in tasks:
-                meta["points"] = float(grades.get(cell.name, tasks.get(cell.name)))
-            out[cell.name] = meta
-        return out
-
-
-class RestoreCells(OverwriteCells):
-    """OverwriteCells that also puts back deleted test cells, after the nearest earlier cell that survived."""
-
-    add_missing_cells = True
-
-    def add_missing_grade_cells(self, nb, resources):
-        source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
-        source_cells = source_nb.source_cells
-        order = [cell.name for cell in source_cells]
-        max_scores = {cell.name: cell.max_score for cell in source_nb.grade_cells}
-        solution_ids = {cell.name for cell in source_nb.solution_cells}
-        for position, source_cell in enumerate(source_cells):
-            name = source_cell.name
-            if name not in max_scores or name in _present_ids(nb):
-                continue
-            self.log.warning("Missing test cell %s: putting back the instructor's version", name)
-            cell = self.missing_cell_transform(source_cell, max_scores[name], is_solution=name in solution_ids)
-            present = _present_ids(nb)
-            insert_at = 0
-            for earlier in reversed(order[:position]):
-                if earlier in present:
-                    insert_at = present[earlier] + 1
-                    break
-            nb.cells.insert(insert_at, cell)
-        return nb, resources
-
-
-def _present_ids(nb) -> dict[str, int]:
-    return {cell.metadata["nbgrader"]["grade_id"]: i for i, cell in enumerate(nb.cells)
-            if cell.metadata.get("nbgrader", {}).get("grade_id")}
-
-
-class ScrubHiddenTests(NbGraderPreprocessor):
-    """Feedback shows a failed test's message, not the hidden test's code or a traceback into grader code."""
-
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and utils.is_grade(cell):
-            cell.source = HIDDEN_REGION.sub("# (hidden tests ran here)\n", cell.source)
-            for output in cell.get("outputs", []):
-                if output.get("output_type") == "error":
-                    output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
-        return cell, resources

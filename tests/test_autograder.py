@@ -133,7 +133,9 @@ def test_grade_the_class_feedback_summary_and_isolation(graded_class):
         assert not path.exists(), f"a submission wrote {path}"
     attempts = (out / "feedback" / "escape" / "02_scheduler.html").read_text()
     assert "ModuleNotFoundError" in attempts and "PermissionError" in attempts
-    assert "WROTE" not in attempts and "&#39;READ&#39;" not in attempts and "'READ'" not in attempts
+    # the printed {path: outcome} dict: no outcome may be a success (the cell's source has those words, so match
+    # "'path': 'WROTE'", not the word)
+    assert not re.search(r"(&#39;|')\s*:\s*(&#39;|')(WROTE|READ|IMPORTED)(&#39;|')", attempts)
     record = build.read_json(out / "escape.json")
     assert record["notebooks"]["02_scheduler"]["score"] == record["notebooks"]["02_scheduler"]["max_score"] - sum(
         t["max_points"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "manual")

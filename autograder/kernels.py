@@ -1,0 +1,94 @@
+"""Kernels forked from the zygote: jupyter_client's launch replaced by a request to :mod:`autograder.zygote`.
+
+nbclient drives these kernels exactly like ordinary ones (ZMQ channels, interrupts, shutdown); only the launch differs.
+The zygote forks an ipykernel that already has torch, labutils and the data loaded, and the fork confines itself
+(:mod:`autograder.sandbox`) to the task's folder before it runs a cell. The task's context (zygote, folders, limits)
+comes from :data:`autograder.execute.CONTEXT`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+
+def _context():
+    from .execute import _context
+
+    return _context()
+
+
+class ForkedKernelProcess:
+    """Popen-like handle on a kernel the zygote forked (not our child: we poll with signal 0, the zygote reaps)."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"kernel {self.pid} still running")
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)  # the kernel leads its own session: this reaches what it started too
+        except OSError:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class ZygoteProvisioner(LocalProvisioner):
+    """Launches the kernel by asking the zygote to fork one, confined to the task's folder."""
+
+    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
+        ctx = _context()
+        argv = cmd[cmd.index("-f"):] if "-f" in cmd else cmd[1:]
+        conn_file = argv[argv.index("-f") + 1] if "-f" in argv else None
+        policy = dict(ctx.policy)
+        policy["bind_ports"] = [int(self.connection_info[k]) for k in
+                                ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")]
+        policy["read_files"] = [*policy.get("read_files", []), *([conn_file] if conn_file else [])]
+        cwd = str(kwargs.get("cwd") or ctx.task_dir)
+        policy["write_dirs"] = [*policy.get("write_dirs", []), cwd]
+        reply = ctx.zygote.request({
+            "op": "kernel", "argv": argv, "cwd": cwd, "env": ctx.kernel_env, "policy": policy,
+            "log": str(ctx.task_dir / "kernel.log"), "threads": ctx.threads,
+        })
+        if "pid" not in reply:
+            raise RuntimeError(f"the zygote could not start a kernel: {reply}")
+        self.process = ForkedKernelProcess(reply["pid"])
+        self.pid = self.pgid = reply["pid"]
+        self.cwd = cwd
+        return self.connection_info
+
+
+class ZygoteKernelManager(AsyncKernelManager):
+    async def _async_pre_start_kernel(self, **kw):
+        if self.provisioner is None:
+            self.kernel_id = self.kernel_id or str(uuid.uuid4())
+            self.provisioner = ZygoteProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+        return await super()._async_pre_start_kernel(**kw)

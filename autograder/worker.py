@@ -115,8 +115,10 @@ def base_policy(cfg: dict) -> dict:
         read_dirs=[*sandbox.system_read_dirs(), *cfg["data_dirs"]],
         read_files=[str(p) for p in student_labutils_files()]
         + [str(REPO_ROOT / "autograder" / "__init__.py"), str(REPO_ROOT / "autograder" / "hidden.py")],
-        # no listing of labutils/ or autograder/: a module the zygote did not preload (the reference loop) is then
-        # simply not found, never read
+        # labutils/ may be listed (a fresh `python` started by the notebook must find its modules); the reference
+        # modules stay unreadable, and in forks of the zygote they are not even found (zygote.ReferenceBlocker)
+        list_dirs=[str(d) for d in [REPO_ROOT / "labutils", *(REPO_ROOT / "labutils").rglob("*")]
+                   if d.is_dir() and "__pycache__" not in d.parts],
         write_files=["/dev/null"],
         write_dirs=["/dev/shm"],
         memory_mb=cfg.get("memory_mb"),

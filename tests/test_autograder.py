@@ -376,17 +376,25 @@ def solution_blocks() -> list[tuple[str, list[str]]]:
 
 def solution_leaks(name: str, text: str, blocks) -> list[str]:
     """Where ``text`` (a handout file) repeats solution code: three consecutive solution lines anywhere, or, in a
-    student notebook, any long line of that notebook's own solutions."""
+    student notebook, any long line of that notebook's own solutions.
+
+    A notebook may show code that an *earlier* notebook's exercise already had the student write (lab 6 gives the
+    lab 2 loop, to have something to checkpoint): that is not a leak. Everywhere else every solution counts.
+    """
     if name.endswith(".ipynb"):
         sources = [c.source for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "code"]
+        this_notebook = Path(name).stem
     else:
         sources = [text]
+        this_notebook = ""  # labutils files: nothing counts as taught
     lines = [line for src in sources for line in _code_lines(src)]
     windows = {tuple(lines[i:i + 3]) for i in range(len(lines) - 2)}
+    taught = {tuple(block[i:i + 3]) for notebook, block in blocks if notebook < this_notebook
+              for i in range(len(block) - 2)}
     leaks = []
     for notebook, block in blocks:
         for i in range(len(block) - 2):
-            if tuple(block[i:i + 3]) in windows:
+            if tuple(block[i:i + 3]) in windows - taught:
                 leaks.append(f"{name}: repeats the {notebook} solution lines {block[i:i + 3]}")
                 break
         if name.endswith(f"/{notebook}.ipynb"):

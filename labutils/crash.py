@@ -61,14 +61,14 @@ def run_forked(fn, *args, **kwargs) -> int:
     """Run ``fn(*args, **kwargs)`` in a forked child and return its exit code (0 when ``fn`` returns normally).
 
     Fork, not spawn: a function defined in a notebook cell cannot be pickled for a fresh interpreter, but a forked
-    child already has it. The parent's torch thread pool is not inherited, so the child sets the same thread count.
+    child already has it. The child trains on one thread: torch's OpenMP pool does not survive a fork (a child that
+    uses more than one thread after its parent ran a parallel op hangs at the first barrier). Compare such a run only
+    with runs that also used one thread: the thread count changes float reduction order.
     """
     import torch
 
-    threads = torch.get_num_threads()
-
     def child() -> None:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(1)
         fn(*args, **kwargs)
 
     process = multiprocessing.get_context("fork").Process(target=child)

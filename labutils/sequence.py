@@ -25,12 +25,11 @@ CELL_TIMEOUT_S = 600
 def execute_notebook(path: Path, out_dir: Path, mode: str) -> float:
     """Run one notebook (stopping at the first failing cell); save the executed copy; return its wall time."""
     nb = nbformat.read(path, as_version=4)
-    os.environ.update(LAB_MODE=mode, LAB_ARTIFACTS=str(out_dir.resolve()))  # inherited by the kernel
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     started = time.perf_counter()
     try:
-        client.execute()
+        client.execute(env={**os.environ, "LAB_MODE": mode, "LAB_ARTIFACTS": str(out_dir.resolve())})
     finally:
         executed = out_dir / "notebooks" / path.name
         executed.parent.mkdir(parents=True, exist_ok=True)

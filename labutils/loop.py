@@ -135,6 +135,10 @@ class RunResult:
     def final_val_acc(self) -> float:
         return self.epochs[-1]["val_acc"] if self.epochs else float("nan")
 
+    def epoch_mean(self, key: str) -> float:
+        """Mean of ``key`` (e.g. seconds, samples_per_s) over the epochs this run trained."""
+        return sum(e[key] for e in self.epochs) / len(self.epochs)
+
 
 def _checkpoint_hook(cfg: LabConfig, objects: dict) -> StepHook:
     def save_last(pos: Position, row: dict) -> None:
@@ -214,10 +218,9 @@ def summarize(result: RunResult) -> str:
     if result.resumed_from_step is not None:
         lines.append(f"resumed from step: {result.resumed_from_step}")
     if epochs:
-        mean_seconds = sum(e["seconds"] for e in epochs) / len(epochs)
         lines += [f"final val acc: {result.final_val_acc:.2%}", f"best val acc: {result.best_val_acc:.2%}",
-                  f"mean epoch time: {mean_seconds:.1f}s",
-                  f"throughput: {sum(e['samples_per_s'] for e in epochs) / len(epochs):,.0f} samples/s"]
+                  f"mean epoch time: {result.epoch_mean('seconds'):.1f}s",
+                  f"throughput: {result.epoch_mean('samples_per_s'):,.0f} samples/s"]
     if result.steps and any(s["clipped"] for s in result.steps):
         lines.append(f"clipped steps: {sum(s['clipped'] for s in result.steps) / len(result.steps):.1%}")
     return "\n".join(lines)

@@ -37,9 +37,8 @@ def run_stage(name: str, out: Path, base: LabConfig) -> RunResult:
 def summary_table(results: dict[str, RunResult], crash_line: str) -> str:
     rows = ["| stage | final val acc | best val acc | mean epoch time (s) | samples/s |", "|---|---|---|---|---|"]
     for name, r in results.items():
-        seconds = sum(e["seconds"] for e in r.epochs) / len(r.epochs)
-        speed = sum(e["samples_per_s"] for e in r.epochs) / len(r.epochs)
-        rows.append(f"| {name} | {r.final_val_acc:.2%} | {r.best_val_acc:.2%} | {seconds:.1f} | {speed:,.0f} |")
+        rows.append(f"| {name} | {r.final_val_acc:.2%} | {r.best_val_acc:.2%} | {r.epoch_mean('seconds'):.1f} "
+                    f"| {r.epoch_mean('samples_per_s'):,.0f} |")
     return "\n".join(rows) + f"\n\n{crash_line}\n"
 
 
@@ -50,8 +49,8 @@ def save_plots(results: dict[str, RunResult], out: Path) -> None:
     plots.plot_lr([s["lr"] for s in results["scheduler"].steps], path=out / "lr_curve.png")
     plots.plot_curves(results["clipping"].epochs, path=out / "curves.png", title="OneCycle + clipping")
     plots.plot_compare_curves({name: r.epochs for name, r in results.items()}, path=out / "val_acc_by_stage.png")
-    speeds = {label: sum(e["samples_per_s"] for e in results[stage].epochs) / len(results[stage].epochs)
-              for label, stage in (("fp32", "clipping"), ("bf16 autocast", "amp"))}
+    speeds = {"fp32": results["clipping"].epoch_mean("samples_per_s"),
+              "bf16 autocast": results["amp"].epoch_mean("samples_per_s")}
     plots.plot_throughput(speeds, path=out / "throughput.png", title="fp32 vs autocast (CPU)")
     plt.close("all")
 
@@ -68,7 +67,8 @@ def run_pipeline(out_dir="artifacts", subset: int | None = None, epochs: int = 5
 
     steps_per_epoch = results["clipping"].final_step // epochs
     crash_cfg = base.replace(**{**STAGES["checkpointing"], "dropout": 0.1, "save_every": max(steps_per_epoch // 4, 1)})
-    crash_at = 2 * steps_per_epoch + steps_per_epoch // 2 + 3  # partway through epoch 3, between checkpoints
+    crash_epoch = min(2, epochs - 1)  # epoch 3 as in the lab, or the last one of a shorter smoke run
+    crash_at = crash_epoch * steps_per_epoch + steps_per_epoch // 2 + 1  # partway through it, between checkpoints
     print(f"\n=== stage crash/resume (crash after step {crash_at}) ===", flush=True)
     report = crash_and_resume(crash_cfg, out / "crash_resume", crash_at)
     (out / "resume_curve.png").write_bytes(report.curve.read_bytes())

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
@@ -40,12 +41,21 @@ class NormalizeMetadata(NbGraderPreprocessor):
         return nb, resources
 
 
-def _canonical_metadata(resources) -> dict[str, dict]:
+@contextmanager
+def gradebook_notebook(resources):
+    """The instructor's version of the notebook being graded, from the gradebook (never from the submission); None
+    when the gradebook does not know it. Use its cells inside the ``with``: the session closes after it."""
     nbg = resources["nbgrader"]
     with Gradebook(nbg["db_url"]) as gb:
         try:
-            notebook = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+            yield gb.find_notebook(nbg["notebook"], nbg["assignment"])
         except MissingEntry:
+            yield None
+
+
+def _canonical_metadata(resources) -> dict[str, dict]:
+    with gradebook_notebook(resources) as notebook:
+        if notebook is None:
             return {}
         grades = {c.name: c.max_score for c in notebook.grade_cells}
         tasks = {c.name: c.max_score for c in notebook.task_cells}

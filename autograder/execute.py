@@ -22,11 +22,10 @@ from pathlib import Path
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
-from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests  # noqa: F401 (the worker's list)
+from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (worker list)
 from .kernels import ZygoteKernelManager
 
 VERIFY_CALL = re.compile(r"""verify\(\s*["']([\w.-]+)["']\s*,\s*["'](\w+)["']\s*\)""")
@@ -263,10 +262,5 @@ def _stderr_is_not_failure(cell: NotebookNode) -> None:
 
 def _gradebook_sources(resources) -> dict[str, str]:
     """grade_id -> source of every source cell of this notebook, from the gradebook (never from the submission)."""
-    nbg = resources["nbgrader"]
-    with Gradebook(nbg["db_url"]) as gb:
-        try:
-            notebook = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-        except MissingEntry:
-            return {}
-        return {cell.name: cell.source for cell in notebook.source_cells}
+    with gradebook_notebook(resources) as notebook:
+        return {} if notebook is None else {cell.name: cell.source for cell in notebook.source_cells}

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_MODULES = ("loop", "resume", "pipeline", "sequence", "cli", "__main__")  # the reference loop, its entry points
+REFERENCE_MODULES = ("loop", "resume", "pipeline", "sequence", "cli", "__main__")  # reference loop + entry points
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
 
 README = """\

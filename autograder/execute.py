@@ -14,7 +14,6 @@ The worker sets :data:`CONTEXT` (where the task's files go, the zygote, the limi
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +24,10 @@ from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
+from . import hidden
 from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (worker list)
 from .kernels import ZygoteKernelManager
 
-VERIFY_CALL = re.compile(r"""verify\(\s*["']([\w.-]+)["']\s*,\s*["'](\w+)["']\s*\)""")
 
 
 @dataclass
@@ -190,7 +189,7 @@ class SandboxedExecute(Execute):
             if cell.cell_type != "code" or not utils.is_grade(cell):
                 continue
             grade_id = cell.metadata.nbgrader.get("grade_id")
-            calls = VERIFY_CALL.findall(sources.get(grade_id, ""))
+            calls = hidden.verify_calls(sources.get(grade_id, ""))
             if calls and not has_error(cell):
                 targets[index] = (grade_id, calls)
         if not targets:
@@ -232,20 +231,19 @@ class SandboxedExecute(Execute):
                 continue  # not a result line: ignore (and the test stays unconfirmed below)
         status = reply.get("status")
         for index, (grade_id, calls) in targets.items():
-            got = {r.get("function"): r for r in results.get(grade_id, [])}
-            for _, function_name in calls:
-                item = got.get(function_name)
+            got = {tuple(r.get("call") or ()): r for r in results.get(grade_id, [])}
+            for call in calls:
+                item = got.get(call)
                 if item is None:
                     why = (f"did not finish within {self.notebook_timeout} s" if status == "timeout"
                            else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
-                    message = f"the hidden test of {function_name} {why}"
+                    message = f"{hidden.describe(call)} {why}"
                 elif item.get("passed") is True:
-                    ctx.rechecks.append({"grade_id": grade_id, "function": function_name, "passed": True})
+                    ctx.rechecks.append({"grade_id": grade_id, "call": list(call), "passed": True})
                     continue
                 else:
                     message = str(item.get("message", "hidden test failed"))
-                ctx.rechecks.append({"grade_id": grade_id, "function": function_name, "passed": False,
-                                     "message": message})
+                ctx.rechecks.append({"grade_id": grade_id, "call": list(call), "passed": False, "message": message})
                 self.nb.cells[index].outputs.append(_error("AssertionError", message))
 
     def timeout_cell_limit(self) -> int:

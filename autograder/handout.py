@@ -1,8 +1,9 @@
 """The zip students receive: the released notebooks and the student-facing labutils, nothing an instructor keeps.
 
 Left out on purpose: ``solutions/`` (reference solutions and hidden tests), ``autograder/`` (hidden checks, grading),
-and the labutils modules that hold the reference training loop (``REFERENCE_MODULES``). The same list decides what a
-student's code may import while it is graded (:mod:`autograder.sandbox`), so grading sees exactly the handout.
+and the folder ``labutils/reference/`` (the reference loop, the resume harness, the pipeline, the sequence runner and
+the instructor's command line) as a whole. The same boundary decides what a student's code may import while it is
+graded (:mod:`autograder.sandbox`), so grading sees exactly the handout.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_MODULES = ("loop", "resume", "pipeline", "sequence", "cli", "__main__")  # reference loop + entry points
+REFERENCE_PACKAGE = "labutils.reference"  # the instructor's side of labutils: never in the handout
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
 
 README = """\
@@ -52,15 +53,20 @@ include = ["labutils*"]
 """
 
 
+def reference_dir(root: Path = REPO_ROOT) -> Path:
+    return root.joinpath(*REFERENCE_PACKAGE.split("."))
+
+
 def student_labutils_files(root: Path = REPO_ROOT) -> list[Path]:
-    """Every file of labutils (sub-packages included) except the reference modules and caches, sorted."""
+    """Every file of labutils (sub-packages included) outside ``labutils/reference/``, without caches, sorted."""
     package = root / "labutils"
+    reference = reference_dir(root)
     files = []
     for path in sorted(package.rglob("*")):
         rel = path.relative_to(package)
         if not path.is_file() or "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
             continue
-        if rel.parts[0].split(".")[0] in REFERENCE_MODULES or any(part.startswith(".") for part in rel.parts):
+        if path.is_relative_to(reference) or any(part.startswith(".") for part in rel.parts):
             continue
         files.append(path)
     return files
@@ -73,6 +79,8 @@ def student_module_names(root: Path = REPO_ROOT) -> list[str]:
         if path.suffix != ".py":
             continue
         parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__main__":
+            continue  # an entry point: importing it runs it
         names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
 

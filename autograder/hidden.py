@@ -16,6 +16,7 @@ Two ways it runs:
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import sys
@@ -128,8 +129,37 @@ def find_functions(notebook_id: str, function_name: str, namespace: dict) -> tup
     return fns, None
 
 
-def run_check(notebook_id: str, function_name: str, namespace: dict, checks_module=None) -> tuple[bool, str]:
-    """(passed, verdict text) of the hidden test of ``function_name`` on the functions found in ``namespace``."""
+VerifyCall = tuple  # the literal arguments of one ``verify(...)`` call: (notebook_id, function_name, ...)
+
+
+def verify_calls(source: str) -> list[VerifyCall]:
+    """The literal arguments of every ``verify(...)`` call in a test cell's source, in order (the grader reads the
+    gradebook's copy of the cell, never the student's)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "verify":
+            args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if len(args) == len(node.args) >= 2 and not node.keywords:
+                calls.append(tuple(args))
+    return sorted(calls, key=lambda call: source.find(call[1]))
+
+
+def describe(call: VerifyCall) -> str:
+    """How a message names the hidden test of ``call``."""
+    return f"the hidden test of {call[1]}"
+
+
+def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict | None = None) -> tuple[bool, str]:
+    """(passed, verdict text) of the hidden test ``call`` on the functions found in ``namespace``.
+
+    ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook), so that several
+    tests of one function can share one run of its check.
+    """
+    notebook_id, function_name = call[:2]
     spec = contract(notebook_id, function_name)
     fns, problem = find_functions(notebook_id, function_name, namespace)
     if problem:
@@ -153,6 +183,6 @@ def verify(notebook_id: str, function_name: str) -> None:
         print(f"Hidden test of {function_name}: run by the grader outside this notebook.")
         return
     namespace = sys._getframe(1).f_globals
-    passed, message = run_check(notebook_id, function_name, namespace)
+    passed, message = run_check((notebook_id, function_name), namespace)
     if not passed:
         raise AssertionError(message)

@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 
 from . import execute, sandbox
-from .handout import REPO_ROOT, student_labutils_files
+from .handout import REPO_ROOT, reference_dir, student_labutils_files
 
 ASSIGNMENT = "loop_lab"
 
@@ -116,9 +116,9 @@ def base_policy(cfg: dict) -> dict:
         read_files=[str(p) for p in student_labutils_files()]
         + [str(REPO_ROOT / "autograder" / "__init__.py"), str(REPO_ROOT / "autograder" / "hidden.py")],
         # labutils/ may be listed (a fresh `python` started by the notebook must find its modules); the reference
-        # modules stay unreadable, and in forks of the zygote they are not even found (zygote.ReferenceBlocker)
+        # package stays unreadable, and in forks of the zygote it is not even found (zygote.ReferenceBlocker)
         list_dirs=[str(d) for d in [REPO_ROOT / "labutils", *(REPO_ROOT / "labutils").rglob("*")]
-                   if d.is_dir() and "__pycache__" not in d.parts],
+                   if d.is_dir() and "__pycache__" not in d.parts and not d.is_relative_to(reference_dir())],
         write_files=["/dev/null"],
         write_dirs=["/dev/shm"],
         memory_mb=cfg.get("memory_mb"),

@@ -79,7 +79,7 @@ def preload() -> list[str]:
         print(f"zygote: could not preload FashionMNIST: {exc!r}", file=sys.stderr)
     _prewarm_optimizers()
     torch.set_num_threads(threads)
-    leaked = sorted(set(sys.modules) & blocked_modules())
+    leaked = sorted(name for name in sys.modules if is_blocked(name))
     if leaked:
         print(f"zygote: WARNING: student-facing modules imported the reference implementation {leaked}; "
               "it is removed from kernels, which may break them", file=sys.stderr)
@@ -101,21 +101,19 @@ def _prewarm_optimizers() -> None:
                 pass
 
 
-def blocked_modules() -> set[str]:
-    from .handout import REFERENCE_MODULES
+def is_blocked(name: str) -> bool:
+    """Is ``name`` the reference package or a module in it?"""
+    from .handout import REFERENCE_PACKAGE
 
-    return {f"labutils.{name}" for name in REFERENCE_MODULES}
+    return name == REFERENCE_PACKAGE or name.startswith(REFERENCE_PACKAGE + ".")
 
 
 class ReferenceBlocker:
     """First on sys.meta_path in a student's process: the reference loop is not importable (Landlock also makes its
     files unreadable; this turns that into a clean ModuleNotFoundError)."""
 
-    def __init__(self, names: set[str]):
-        self.names = names
-
     def find_spec(self, name, path=None, target=None):
-        if name in self.names:
+        if is_blocked(name):
             raise ModuleNotFoundError(f"No module named {name!r} (the lab's reference implementation is not part of "
                                       "the handout)", name=name)
         return None
@@ -155,10 +153,9 @@ def _enter_child(req: dict, keep_fd: int | None = None) -> None:
     import tempfile
 
     tempfile.tempdir = None  # the zygote cached /tmp; this process's TMPDIR is its own folder
-    blocked = blocked_modules()
-    for name in blocked:
-        sys.modules.pop(name, None)
-    sys.meta_path.insert(0, ReferenceBlocker(blocked))
+    for name in [name for name in sys.modules if is_blocked(name)]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, ReferenceBlocker())
     importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
     sandbox.confine(sandbox.Policy(**req["policy"]))
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_loop.py [--steps 300] [--repeats 3]
 
 - bare compute: the model stepping on batches already in memory (the ceiling for any loop);
-- reference loop: labutils.loop.train_one_epoch on labutils.data (logging the grad norm and loss every step);
+- reference loop: labutils.reference.loop.train_one_epoch on labutils.data (logging the grad norm and loss every step);
 - textbook pipeline: torchvision FashionMNIST + ToTensor + Normalize + DataLoader, a plain loop;
 - Lightning's Trainer on the same model and data, when ``lightning`` is installed (``pip install lightning``);
 - checkpointing every 100 steps as a share of training time; fp32 against bf16 autocast.
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from labutils.data import MEAN, STD, cache_dir, load_splits, make_loader, normalize, set_position
-from labutils.loop import Position, train_one_epoch
+from labutils.reference.loop import Position, train_one_epoch
 from labutils.models import SmallCNN
 from labutils.optim import make_scheduler
 

@@ -166,9 +166,10 @@ def verified_load(path: str | os.PathLike) -> dict:
 # --- the lab's checkpoint contents -----------------------------------------------------------------------------------
 
 
-def save_checkpoint(path, *, model, optimizer, scheduler=None, scaler=None, step: int, **extra) -> Path:
-    """Write a complete checkpoint atomically. ``extra`` holds plain values (epoch, batch in epoch, best metric,
-    config dict, ...) and is returned by :func:`load_checkpoint`."""
+def save_checkpoint(path, model, optimizer, scheduler=None, scaler=None, step: int = 0, **extra) -> Path:
+    """Write a complete checkpoint atomically, with lab 6's contract (``save_checkpoint(path, model, optimizer,
+    scheduler, scaler, step)``). ``extra`` holds plain values (epoch, batch in epoch, best metric, config dict, ...)
+    and is returned by :func:`restore_checkpoint`."""
     state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -183,8 +184,9 @@ def save_checkpoint(path, *, model, optimizer, scheduler=None, scaler=None, step
     return atomic_save(state, path)
 
 
-def load_checkpoint(path, *, model, optimizer, scheduler=None, scaler=None) -> dict:
-    """Restore everything :func:`save_checkpoint` wrote, strictly; returns the checkpoint dict (``step``, extras).
+def restore_checkpoint(path, *, model, optimizer, scheduler=None, scaler=None) -> dict:
+    """Restore everything :func:`save_checkpoint` wrote, strictly; returns the whole checkpoint dict (``step`` and the
+    extras). Named apart from lab 6's ``load_checkpoint``, which returns only the step.
 
     Raises :class:`CorruptCheckpointError` when the file is damaged or does not fit the objects given.
     """
@@ -281,7 +283,7 @@ def load_latest_valid(ckpt_dir, *, model, optimizer, scheduler=None, scaler=None
     candidates = list_checkpoints(ckpt_dir)
     for path in reversed(candidates):
         try:
-            state = load_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+            state = restore_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
         except CorruptCheckpointError as exc:
             warnings.warn(f"skipping checkpoint {exc}; trying the previous one", stacklevel=2)
             continue

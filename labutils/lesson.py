@@ -1,5 +1,5 @@
-"""Notebook support: the run mode, one config per notebook, the model and loaders, the epoch loop around the
-student's own functions, and the figures and numbers that ``make lab`` collects.
+"""The notebooks' runtime: the run mode, each notebook's settings, the model and loaders, and the epoch loop around
+the student's own functions.
 
 The student writes ``train_one_epoch`` and ``evaluate``; :func:`fit` only drives them (one call per epoch, a
 progress bar, timing) and keeps the history. When a student function still raises ``NotImplementedError``, ``fit``
@@ -8,17 +8,18 @@ instead of a ``NameError``.
 
 Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the epochs the notebook asks for;
 ``smoke`` and ``grade`` use 2,048 images and one short epoch. ``NBGRADER_EXECUTION`` (set by nbgrader while it
-validates or autogrades) selects ``grade``. Artifacts: when ``LAB_ARTIFACTS`` names a folder, :func:`record` and
-:func:`save_figure` write ``<notebook_id>.json`` and ``<notebook_id>-<name>.png`` there (see :func:`record`).
+validates or autogrades) selects ``grade``.
+
+Each notebook's settings are in :data:`SETTINGS`, the one place they are written: the notebook starts with
+``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same stages with the reference
+loop. The numbers and figures ``make lab`` collects are :mod:`labutils.artifacts`' job; the measuring helpers are in
+:mod:`labutils.measure`, the image grid and the source diff in :mod:`labutils.display`.
 """
 
 from __future__ import annotations
 
 import atexit
-import difflib
-import inspect
 import itertools
-import json
 import math
 import os
 import shutil
@@ -27,20 +28,39 @@ import tempfile
 import time
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 from tqdm.auto import tqdm
 
-from . import data
+from . import artifacts, data
 from .checkpoint import set_seed
 from .config import LabConfig
 from .models import SmallCNN
 
 MODES = ("full", "smoke", "grade")
 FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebook needs more (e.g. three epochs)
-REQUIRED_NUMBERS = ("val_acc", "epoch_seconds", "samples_per_s")  # every <notebook_id>.json holds these keys
 
-_state: dict = {"notebook": None, "config": None}
+
+def _notebook(fast: dict | None = None, **config) -> dict:
+    return {"config": config, "fast": fast or {}}
+
+
+# Each notebook's LabConfig settings in full mode, and what its fast modes change beyond FAST.
+SETTINGS: dict[str, dict] = {
+    "00_data_tour": _notebook(),
+    "01_baseline": _notebook(epochs=5, lr=1e-3),
+    "02_scheduler": _notebook(epochs=5, lr=3e-3, schedule="onecycle"),
+    "03_clipping": _notebook(epochs=5, lr=3e-3, schedule="onecycle", max_norm=1.0),  # the notebook then picks 2.0
+    "04_accumulation": _notebook(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, batch_size=32,
+                                 accum_steps=4),
+    "05_amp": _notebook(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
+    "06_checkpointing": _notebook(epochs=3, lr=3e-3, schedule="onecycle", max_norm=2.0, save_every=100, keep_last=3,
+                                  fast={"epochs": 2, "save_every": 5}),
+    "07_crash_resume": _notebook(epochs=3, lr=3e-3, schedule="onecycle", save_every=100,
+                                 fast={"epochs": 3, "save_every": 7}),
+    "08_stretch": _notebook(epochs=2, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
+}
+
+_state: dict = {"notebook": None}
 
 
 # --- mode and config -------------------------------------------------------------------------------------------------
@@ -61,17 +81,25 @@ def is_fast() -> bool:
     return lab_mode() != "full"
 
 
-def start(notebook_id: str, *, fast: dict | None = None, **settings) -> LabConfig:
-    """The notebook's whole configuration: ``LabConfig(**settings)``, shrunk by ``FAST`` (updated with ``fast``) in
-    the fast modes, then seeded and printed. Unknown keys raise."""
-    cfg = LabConfig().replace(**settings)
-    if is_fast():
-        cfg = cfg.replace(**{**FAST, **(fast or {})})
+def notebook_config(notebook_id: str, mode: str = "full") -> LabConfig:
+    """The notebook's configuration in ``mode``: its :data:`SETTINGS`, shrunk by ``FAST`` and its own fast changes
+    outside full mode."""
+    if notebook_id not in SETTINGS:
+        raise ValueError(f"no settings for notebook {notebook_id!r}: use one of {', '.join(SETTINGS)}")
+    entry = SETTINGS[notebook_id]
+    cfg = LabConfig().replace(**entry["config"])
+    return cfg if mode == "full" else cfg.replace(**{**FAST, **entry["fast"]})
+
+
+def start(notebook_id: str, **overrides) -> LabConfig:
+    """The notebook's whole configuration (:func:`notebook_config` in the current mode, with ``overrides`` for your
+    own experiments), seeded and printed. Unknown keys raise."""
+    cfg = notebook_config(notebook_id, lab_mode()).replace(**overrides)
     set_seed(cfg.seed)
-    _state.update(notebook=notebook_id, config=cfg)
+    _state.update(notebook=notebook_id)
     print(f"{notebook_id}: LAB_MODE={lab_mode()}" + ("  (2,048 images, short runs)" if is_fast() else ""))
     print(cfg.describe())
-    _write_numbers({key: None for key in REQUIRED_NUMBERS}, fresh=True)
+    artifacts.begin(notebook_id, lab_mode(), cfg.to_dict())
     return cfg
 
 
@@ -223,119 +251,3 @@ def loop_note(run: Run, max_norm: float | None = None) -> str:
             stable += f", {sum(n > max_norm for n in norms) / len(norms):.1%} of steps clipped at {max_norm:g}"
     lines.append(stable + ".")
     return "\n".join(lines)
-
-
-# --- measuring -------------------------------------------------------------------------------------------------------
-
-
-def samples_per_second(train_on, batches: list, warmup: int = 2) -> float:
-    """Throughput of ``train_on(batches)`` (e.g. one epoch of the student's loop over a list of batches), after a
-    warm-up call on the first ``warmup`` batches so that one-time costs (allocation, kernel choice) are excluded."""
-    train_on(batches[:warmup])
-    started = time.perf_counter()
-    train_on(batches)
-    return sum(len(y) for _, y in batches) / (time.perf_counter() - started)
-
-
-class StepCounter:
-    """Counts micro-batches (forward passes in train mode with autograd on) and ``optimizer.step()`` calls through
-    hooks, so the loop being counted is not changed. ``remove()`` takes the hooks off."""
-
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
-        self.micro_batches = self.optimizer_steps = 0
-        self._handles = [model.register_forward_pre_hook(self._on_forward),
-                         optimizer.register_step_post_hook(self._on_step)]
-
-    def _on_forward(self, module, args) -> None:
-        if module.training and torch.is_grad_enabled():  # evaluation forwards are not micro-batches
-            self.micro_batches += 1
-
-    def _on_step(self, optimizer, args, kwargs) -> None:
-        self.optimizer_steps += 1
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-
-    def __repr__(self) -> str:
-        ratio = self.micro_batches / self.optimizer_steps if self.optimizer_steps else float("nan")
-        return (f"{self.micro_batches} micro-batches, {self.optimizer_steps} optimizer steps "
-                f"({ratio:.2f} micro-batches per step)")
-
-
-# --- showing ---------------------------------------------------------------------------------------------------------
-
-
-def show_images(images: torch.Tensor, labels: torch.Tensor, n: int = 16):
-    """A grid of the first ``n`` uint8 images (N, 28, 28) titled with their class names; returns the Figure."""
-    cols = 8
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.3, rows * 1.5))
-    for ax, image, label in zip(axes.flat, images[:n], labels[:n]):
-        ax.imshow(image, cmap="gray_r")
-        ax.set_title(data.CLASSES[int(label)], fontsize=7)
-    for ax in axes.flat:
-        ax.axis("off")
-    fig.tight_layout()
-    return fig
-
-
-def show_diff(before, after) -> list[str]:
-    """Print a unified diff of two functions' source; returns the deleted lines (stripped)."""
-    a, b = inspect.getsource(before).splitlines(), inspect.getsource(after).splitlines()
-    diff = list(difflib.unified_diff(a, b, before.__name__, after.__name__, lineterm="", n=1))
-    print("\n".join(diff))
-    return [line[1:].strip() for line in diff if line.startswith("-") and not line.startswith("---")]
-
-
-# --- artifacts for `make lab` ----------------------------------------------------------------------------------------
-
-
-def _artifacts_dir() -> Path | None:
-    folder = os.environ.get("LAB_ARTIFACTS")
-    return Path(folder) if folder else None
-
-
-def _write_numbers(numbers: dict, fresh: bool = False) -> dict:
-    folder, notebook = _artifacts_dir(), _state["notebook"]
-    if notebook is None:
-        raise RuntimeError("call lesson.start(notebook_id, ...) first: it names the notebook the numbers belong to")
-    if folder is None:
-        return numbers
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{notebook}.json"
-    current = {} if fresh or not path.exists() else json.loads(path.read_text())
-    if fresh:
-        cfg = _state["config"]
-        current = {"notebook": notebook, "mode": lab_mode(), "config": cfg.to_dict(), "figures": []}
-    current.update(numbers)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(current, indent=2) + "\n")
-    os.replace(tmp, path)  # the pipeline never reads half a file
-    return current
-
-
-def record(**numbers) -> None:
-    """Print the notebook's key numbers and, when ``LAB_ARTIFACTS`` is set, merge them into
-    ``LAB_ARTIFACTS/<notebook_id>.json``.
-
-    That file is one JSON object: ``notebook``, ``mode``, ``config`` (the LabConfig as a dict), ``figures`` (PNG file
-    names in the same folder), and the numbers; ``val_acc``, ``epoch_seconds`` and ``samples_per_s`` are always
-    present (null until recorded).
-    """
-    numbers = {k: (v.item() if hasattr(v, "item") else v) for k, v in numbers.items()}  # tensors -> JSON values
-    for key, value in numbers.items():
-        print(f"{key:>16} = {value:.4g}" if isinstance(value, float) else f"{key:>16} = {value!r}")
-    _write_numbers(numbers)
-
-
-def save_figure(fig, name: str) -> None:
-    """Save ``fig`` as ``LAB_ARTIFACTS/<notebook_id>-<name>.png`` when ``LAB_ARTIFACTS`` is set. Returns nothing, so
-    that a cell ending with this call shows the figure once (the inline backend shows it already)."""
-    folder = _artifacts_dir()
-    if folder is not None:
-        filename = f"{_state['notebook']}-{name}.png"
-        folder.mkdir(parents=True, exist_ok=True)
-        fig.savefig(folder / filename, dpi=120)
-        figures = json.loads((folder / f"{_state['notebook']}.json").read_text()).get("figures", [])
-        _write_numbers({"figures": sorted(set(figures) | {filename})})

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from autograder import hidden, sandbox
-from autograder.handout import REFERENCE_MODULES, build_handout
+from autograder.handout import REFERENCE_PACKAGE, build_handout
 from autograder.submissions import SubmissionsError, check_notebook, discover
 
 try:
@@ -320,11 +320,11 @@ def test_hidden_verify_in_a_notebook_namespace():
     mutants = build._mutants()
     variants = {v.name: v for v in mutants.VARIANTS}
     namespace = {"train_one_epoch": variants["baseline_canonical"].function}
-    assert hidden.run_check("01_baseline", "train_one_epoch", namespace)[0] is True
+    assert hidden.run_check(("01_baseline", "train_one_epoch"), namespace)[0] is True
     namespace = {"train_one_epoch": variants["no_zero_grad"].function}
-    passed, message = hidden.run_check("01_baseline", "train_one_epoch", namespace)
+    passed, message = hidden.run_check(("01_baseline", "train_one_epoch"), namespace)
     assert not passed and "still in .grad from step 1" in message
-    passed, message = hidden.run_check("01_baseline", "train_one_epoch", {})
+    passed, message = hidden.run_check(("01_baseline", "train_one_epoch"), {})
     assert not passed and "train_one_epoch is not defined" in message
     with pytest.raises(ValueError, match="no hidden test"):
         hidden.verify("01_baseline", "nope")
@@ -422,8 +422,8 @@ def test_handout_leaks_nothing_and_still_imports(tmp_path):
         f"loop_lab/notebooks/{p.name}" for p in release_dir.glob("*.ipynb"))
     assert {"loop_lab/README.md", "loop_lab/requirements.txt", "loop_lab/labutils/__init__.py"} <= set(names)
     assert any(n.startswith("loop_lab/labutils/checks") for n in names)
-    for module in REFERENCE_MODULES:
-        assert f"loop_lab/labutils/{module}.py" not in names
+    assert not any(n.startswith("loop_lab/labutils/reference/") for n in names)
+    assert "loop_lab/labutils/__main__.py" in names  # says the command line is the instructor's
     assert not any(n.startswith(("loop_lab/solutions", "loop_lab/autograder")) or "__pycache__" in n for n in names)
     leaks = []
     blocks = solution_blocks()
@@ -434,10 +434,10 @@ def test_handout_leaks_nothing_and_still_imports(tmp_path):
                 leaks.append(f"{name}: {marker}")
         if re.search(r"^\s*(from|import)\s+autograder\b|autograder\.hidden", text, re.M):
             leaks.append(f"{name}: imports autograder")
-        for module in REFERENCE_MODULES:
-            if re.search(rf"^\s*(from\s+(labutils)?\.?{module}\s+import|import\s+labutils\.{module}\b|"
-                         rf"from\s+labutils\s+import\s+.*\b{module}\b)", text, re.M):
-                leaks.append(f"{name}: imports the reference module labutils.{module}")
+        if name != "loop_lab/labutils/__main__.py" and re.search(  # the entry point says it is the instructor's
+                r"^\s*(from\s+(labutils)?\.?reference\b|import\s+labutils\.reference\b|"
+                r"from\s+labutils\s+import\s+.*\breference\b)", text, re.M):
+            leaks.append(f"{name}: imports {REFERENCE_PACKAGE}")
         leaks += solution_leaks(name, text, blocks)
     assert not leaks, "\n".join(leaks[:30])
     # the handout's notebooks import only what the handout has (not the repo's editable labutils)
@@ -454,3 +454,7 @@ def test_handout_leaks_nothing_and_still_imports(tmp_path):
     proc = subprocess.run([PYTHON, "-c", script, str(unzipped)], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=dict(os.environ, MPLBACKEND="Agg"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # -S: without site-packages, where the repo's editable install would find labutils.reference for it
+    proc = subprocess.run([PYTHON, "-S", "-m", "labutils", "train"], capture_output=True, text=True, timeout=120,
+                          cwd=unzipped)
+    assert proc.returncode == 1 and "instructor's command line" in proc.stderr and "Traceback" not in proc.stderr

@@ -52,7 +52,7 @@ def test_checkpoint_is_complete_and_resume_is_exact(tmp_path):
     train_steps(original, 4, seed=2)
 
     restored = objects(seed=99)  # different initial weights, overwritten by the load
-    state = ckpt.load_checkpoint(path, **restored)
+    state = ckpt.restore_checkpoint(path, **restored)
     assert state["step"] == 3 and state["position"] == {"epoch": 0}
     train_steps(restored, 4, seed=2)
     for a, b in zip(original["model"].parameters(), restored["model"].parameters()):
@@ -131,4 +131,4 @@ def test_a_different_thread_count_is_warned_about(tmp_path):
     state["num_threads"] = torch.get_num_threads() + 7
     ckpt.atomic_save(state, path)
     with pytest.warns(UserWarning, match="threads"):
-        ckpt.load_checkpoint(path, **o)
+        ckpt.restore_checkpoint(path, **o)

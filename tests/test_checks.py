@@ -132,11 +132,11 @@ def test_tracer_puts_everything_back(tmp_path):
         F.cross_entropy(model(torch.randn(2, 1, 28, 28)), torch.tensor([1, 2])).backward()
         torch.save(scheduler.state_dict(), tmp_path / "s.pt")  # a traced scheduler's state stays plain data
         assert torch.load(tmp_path / "s.pt", weights_only=True)["last_epoch"] == 0
-    import labutils.loop
+    import labutils.reference.loop
 
     assert before == (clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
     assert classes == [type(o) for o in (model, optimizer, scheduler, scaler)]
-    assert labutils.loop.train_one_epoch.__module__ == "labutils.loop"
+    assert labutils.reference.loop.train_one_epoch.__module__ == "labutils.reference.loop"
     assert not model._forward_pre_hooks and not optimizer._optimizer_step_pre_hooks
     assert not {"train", "zero_grad"} & set(vars(model)) and "zero_grad" not in vars(optimizer)
     assert not {"scale", "unscale_", "step", "update"} & set(vars(scaler))
@@ -218,7 +218,7 @@ def test_not_a_function_and_unknown_exercise():
 
 
 def test_a_reference_imported_before_the_check_is_still_caught():
-    from labutils.loop import train_one_epoch as reference  # bound before the check wraps the module attribute
+    from labutils.reference.loop import train_one_epoch as reference  # bound before the check wraps the attribute
 
     def train_one_epoch(model, loader, optimizer, device):
         scheduler = torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)

@@ -3,9 +3,9 @@
 import subprocess
 import sys
 
-from labutils.cli import build_parser
+from labutils.reference.cli import build_parser
 from labutils.config import LabConfig
-from labutils.resume import config_to_args
+from labutils.reference.resume import config_to_args
 
 
 def run(*args):

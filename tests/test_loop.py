@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from labutils.config import LabConfig
 from labutils.data import make_loader
 from labutils.evaluation import evaluate
-from labutils.loop import Position, fit, optimizer_step, train_one_epoch
+from labutils.reference.loop import Position, fit, optimizer_step, train_one_epoch
 from labutils.models import SmallCNN
 from labutils.optim import make_scheduler, param_groups
 

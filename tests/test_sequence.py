@@ -2,7 +2,7 @@
 
 import pytest
 
-from labutils.sequence import run_sequence
+from labutils.reference.sequence import run_sequence
 
 
 @pytest.mark.notebooks

@@ -112,8 +112,8 @@ def _rs_resume_step(c: ResumeCtx):
         return []
     if first == 1:
         msg = (f"the second run started again at step 1: it did not resume from the newest checkpoint "
-               f"(step-{last:06d}.pt). Load it with latest_checkpoint(ckpt_dir) and load_checkpoint, and continue "
-               "from the step it holds.")
+               f"(step-{last:06d}.pt). Load it with latest_checkpoint(ckpt_dir) and checkpoint.restore_checkpoint, "
+               "and continue from the step it holds.")
     else:
         msg = (f"the second run's first optimizer step was {first}, but the newest checkpoint was step-{last:06d}.pt, "
                f"so it should continue with step {last + 1}.")
@@ -141,8 +141,8 @@ def _rs_exact(c: ResumeCtx):
                             "set_position(train_loader, epoch, start_batch).", last + 1)]
     return [Failure("exact_resume", _first_resumed_step_difference(c, last + 1) or
                     f"the resumed run ended with a different state than the run that never stopped (first difference: "
-                    f"{diffs[0]}): restore everything from the checkpoint (load_checkpoint) and continue with the same "
-                    "batches.", last + 1)]
+                    f"{diffs[0]}): restore everything from the checkpoint (checkpoint.restore_checkpoint) and continue "
+                    "with the same batches.", last + 1)]
 
 
 def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
@@ -161,8 +161,8 @@ def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
                 "scheduler's state.")
     if compare_states(a.data["grads"], b.data["grads"]):
         return (f"{restore} computed a different gradient from the same weights and batch: the dropout masks differ, "
-                "so the RNG state was not restored (load_checkpoint restores it; restore_rng_state if you load by "
-                "hand).")
+                "so the RNG state was not restored (checkpoint.restore_checkpoint restores it; restore_rng_state if "
+                "you load by hand).")
     return (f"{restore} had the same weights, learning rate and gradient, but the update differed: restore the "
             "optimizer's state (AdamW's moment estimates).")
 

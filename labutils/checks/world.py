@@ -43,12 +43,13 @@ CONTRACTS = {
 }
 # the lab's own implementations a graded function must not hand its work to ("module:function")
 FORBIDDEN = {
-    "train": ("labutils.loop:train_one_epoch", "labutils.loop:fit", "labutils.loop:optimizer_step"),
-    "evaluate": ("labutils.evaluation:evaluate", "labutils.loop:evaluate", "labutils.loop:fit"),
-    "checkpoint": ("labutils.checkpoint:save_checkpoint", "labutils.checkpoint:load_checkpoint",
+    "train": ("labutils.reference.loop:train_one_epoch", "labutils.reference.loop:fit",
+              "labutils.reference.loop:optimizer_step"),
+    "evaluate": ("labutils.evaluation:evaluate", "labutils.reference.loop:evaluate", "labutils.reference.loop:fit"),
+    "checkpoint": ("labutils.checkpoint:save_checkpoint", "labutils.checkpoint:restore_checkpoint",
                    "labutils.checkpoint:atomic_save", "labutils.checkpoint:verified_load",
                    "labutils.checkpoint:load_latest_valid"),
-    "resume": ("labutils.loop:fit", "labutils.loop:train_one_epoch"),
+    "resume": ("labutils.reference.loop:fit", "labutils.reference.loop:train_one_epoch"),
     "normalize": ("labutils.data:normalize",),
     "param_groups": ("labutils.optim:param_groups",),
 }

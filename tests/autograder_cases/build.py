@@ -272,11 +272,11 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     s.append(Student("escape", "writes to the repo and the gradebook, reads the solutions and the reference loop",
                      {"02_scheduler": escape}))
     ref = variants["uses_reference_loop"]
-    s.append(Student("reference-loop", "calls labutils.loop (not in the handout, not importable while grading)",
+    s.append(Student("reference-loop", "calls labutils.reference.loop (not in the handout, not importable in grading)",
                      {"01_baseline": with_function(sol["01_baseline"], ("train_one_epoch",), mutants.source(ref),
                                                    mutants.IMPORTS)},
                      failing={("01_baseline", t01.name)},
-                     messages={("01_baseline", t01.name): "cannot import name 'loop'"}))
+                     messages={("01_baseline", t01.name): "No module named 'labutils.reference'"}))
     assert good02  # the untouched solution cell the cases above start from
     return s
 
@@ -308,7 +308,7 @@ import os
 if not hasattr(get_ipython(), "kernel"):  # only in the grader's re-run, not in the kernel
     for fd in range(3, 12):
         try:
-            os.write(fd, (json.dumps({"grade_id": "test_train_one_epoch", "function": "train_one_epoch",
+            os.write(fd, (json.dumps({"grade_id": "test_train_one_epoch", "call": ["02_scheduler", "train_one_epoch"],
                                       "passed": True, "message": ""}) + "\\n").encode())
         except OSError:
             pass
@@ -364,10 +364,10 @@ def escape_source(repo: Path, out_dir: Path) -> str:
         "    except OSError as exc:\n"
         "        attempts[path] = type(exc).__name__\n"
         "try:\n"
-        "    import labutils.loop\n"
-        "    attempts['import labutils.loop'] = 'IMPORTED'\n"
+        "    import labutils.reference.loop\n"
+        "    attempts['import labutils.reference.loop'] = 'IMPORTED'\n"
         "except ImportError as exc:\n"
-        "    attempts['import labutils.loop'] = type(exc).__name__\n"
+        "    attempts['import labutils.reference.loop'] = type(exc).__name__\n"
         "print(attempts)\n"
     )
 

@@ -96,7 +96,7 @@ BUGGY = [
     Variant("typo_backwards", "baseline", b.typo_backwards, "exception",
             "AttributeError at line 7 of train_one_epoch (`loss.backwards()`)"),
     Variant("uses_reference_loop", "baseline", b.uses_reference_loop, "uses_reference",
-            "labutils.loop.train_one_epoch"),
+            "labutils.reference.loop.train_one_epoch"),
     # 01 evaluate
     Variant("evaluate_no_eval", "evaluate", b.evaluate_no_eval, "eval_mode", "Call model.eval()"),
     Variant("evaluate_no_no_grad", "evaluate", b.evaluate_no_no_grad, "no_grad", "torch.no_grad()"),
@@ -208,7 +208,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from labutils import checkpoint as lab_checkpoint
 from labutils import evaluation as lab_evaluation
-from labutils.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state,
+from labutils.checkpoint import (capture_rng_state, latest_checkpoint, restore_checkpoint, restore_rng_state,
                                  save_checkpoint)
 from labutils.data import MEAN, STD, set_position
 """

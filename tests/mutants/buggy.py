@@ -14,7 +14,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from labutils import checkpoint as lab_checkpoint
 from labutils import evaluation as lab_evaluation
-from labutils.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state,
+from labutils.checkpoint import (capture_rng_state, latest_checkpoint, restore_checkpoint, restore_rng_state,
                                  save_checkpoint)
 from labutils.data import MEAN, STD, set_position
 
@@ -195,8 +195,8 @@ def typo_backwards(model, loader, optimizer, device):
 
 
 def uses_reference_loop(model, loader, optimizer, device):
-    """Hands the work to the lab's reference loop (instructor-only: labutils.loop is not in the student handout)."""
-    from labutils import loop as lab_loop  # here, not at the top: the handout's labutils has no loop module
+    """Hands the work to the lab's reference loop (instructor-only: labutils.reference is not in the handout)."""
+    from labutils.reference import loop as lab_loop  # here, not at the top: the handout has no labutils.reference
 
     return lab_loop.train_one_epoch(model, loader, optimizer, None, device=device)
 
@@ -769,7 +769,7 @@ def resume_off_by_one(model, optimizer, scheduler, train_loader, epochs, ckpt_di
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"] + 1
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"] + 1
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -794,7 +794,7 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -869,7 +869,7 @@ def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 
-from labutils.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, restore_rng_state,
+from labutils.checkpoint import (capture_rng_state, latest_checkpoint, restore_checkpoint, restore_rng_state,
                                  save_checkpoint)
 from labutils.data import MEAN, STD, set_position
 
@@ -412,7 +412,7 @@ def resume_canonical(model, optimizer, scheduler, train_loader, epochs, ckpt_dir
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -438,7 +438,7 @@ def resume_while(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, sa
     per_epoch = len(train_loader)
     total = epochs * per_epoch
     latest = latest_checkpoint(ckpt_dir)
-    step = 0 if latest is None else load_checkpoint(latest, model=model, optimizer=optimizer,
+    step = 0 if latest is None else restore_checkpoint(latest, model=model, optimizer=optimizer,
                                                     scheduler=scheduler)["step"]
     model.train()
     while step < total:

@@ -22,15 +22,15 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .amp import autocast_dtype, make_scaler
-from .checkpoint import BEST_NAME, atomic_save, last_name, load_latest_valid, rotate, save_checkpoint, set_seed
-from .config import LabConfig
-from .crash import exit_at_step
-from .data import make_loaders, set_position
-from .evaluation import evaluate
-from .models import SmallCNN
-from .optim import make_optimizer, make_scheduler, steps_per_epoch
-from .steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path
+from ..amp import autocast_dtype, make_scaler
+from ..checkpoint import BEST_NAME, atomic_save, last_name, load_latest_valid, rotate, save_checkpoint, set_seed
+from ..config import LabConfig
+from ..crash import exit_at_step
+from ..data import make_loaders, set_position
+from ..evaluation import evaluate
+from ..models import SmallCNN
+from ..optim import make_optimizer, make_scheduler, steps_per_epoch
+from ..steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path
 
 FINAL_NAME = "final.pt"
 

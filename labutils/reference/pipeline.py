@@ -1,7 +1,8 @@
-"""The lab's reference pipeline, stage by stage, with the reference loop: what ``python -m labutils lab`` runs.
+"""The notebooks' stages run with the reference loop: ``python -m labutils reference``.
 
 Each stage adds one thing to the previous one, as the notebooks do (baseline -> scheduler -> clipping ->
-accumulation -> AMP -> checkpointing -> crash/resume), and the summary table shows what each addition bought.
+accumulation -> AMP -> checkpointing -> crash/resume), with each notebook's own settings
+(:data:`labutils.lesson.SETTINGS`), and the summary table shows what each addition bought.
 """
 
 from __future__ import annotations
@@ -10,24 +11,25 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from . import plots
-from .config import LabConfig
+from .. import plots
+from ..config import LabConfig
+from ..lesson import notebook_config
 from .loop import RunResult, fit
 
-STAGES: dict[str, dict] = {
-    "baseline": {"lr": 1e-3},
-    "scheduler": {"schedule": "onecycle", "lr": 3e-3},
-    "clipping": {"schedule": "onecycle", "lr": 3e-3, "max_norm": 1.0},
-    "accumulation": {"schedule": "onecycle", "lr": 3e-3, "max_norm": 1.0, "batch_size": 32, "accum_steps": 4},
-    "amp": {"schedule": "onecycle", "lr": 3e-3, "max_norm": 1.0, "amp": "auto"},
-    "checkpointing": {"schedule": "onecycle", "lr": 3e-3, "max_norm": 1.0, "save_every": 100},
-}
+STAGES = {"baseline": "01_baseline", "scheduler": "02_scheduler", "clipping": "03_clipping",
+          "accumulation": "04_accumulation", "amp": "05_amp", "checkpointing": "06_checkpointing"}  # stage -> notebook
 
 
-def run_stage(name: str, out: Path, base: LabConfig) -> RunResult:
+def stage_config(name: str, subset: int | None = None, epochs: int | None = None) -> LabConfig:
+    """The stage's notebook's full-mode settings, optionally on a subset and for another number of epochs."""
+    cfg = notebook_config(STAGES[name]).replace(subset=subset, progress=False)
+    return cfg if epochs is None else cfg.replace(epochs=epochs)
+
+
+def run_stage(name: str, out: Path, subset: int | None, epochs: int | None) -> RunResult:
     stage_dir = out / name
-    cfg = base.replace(**STAGES[name], log_path=str(stage_dir / "steps.csv"),
-                       ckpt_dir=str(stage_dir / "ckpt") if name == "checkpointing" else None)
+    cfg = stage_config(name, subset, epochs).replace(
+        log_path=str(stage_dir / "steps.csv"), ckpt_dir=str(stage_dir / "ckpt") if name == "checkpointing" else None)
     for stale in (stage_dir / "steps.csv", stage_dir / "steps-epochs.csv"):
         stale.unlink(missing_ok=True)  # logs append; a fresh pipeline run starts them anew
     print(f"\n=== stage {name} ===\n{cfg.describe()}", flush=True)
@@ -55,19 +57,22 @@ def save_plots(results: dict[str, RunResult], out: Path) -> None:
     plt.close("all")
 
 
-def run_pipeline(out_dir="artifacts", subset: int | None = None, epochs: int = 5) -> Path:
-    """Run every stage and crash/resume; write logs, plots and ``summary.md`` into ``out_dir``."""
+def run_pipeline(out_dir="artifacts", subset: int | None = None, epochs: int | None = None) -> Path:
+    """Run every stage (``epochs``: None keeps each notebook's own) and crash/resume; write logs, plots and
+    ``summary.md`` into ``out_dir``."""
     from .resume import crash_and_resume
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    base = LabConfig(subset=subset, epochs=epochs, progress=False)
-    results = {name: run_stage(name, out, base) for name in STAGES}
+    results = {name: run_stage(name, out, subset, epochs) for name in STAGES}
     save_plots(results, out)
 
-    steps_per_epoch = results["clipping"].final_step // epochs
-    crash_cfg = base.replace(**{**STAGES["checkpointing"], "dropout": 0.1, "save_every": max(steps_per_epoch // 4, 1)})
-    crash_epoch = min(2, epochs - 1)  # epoch 3 as in the lab, or the last one of a shorter smoke run
+    checkpointing = results["checkpointing"]
+    ckpt_epochs = checkpointing.config.epochs
+    steps_per_epoch = checkpointing.final_step // ckpt_epochs
+    crash_cfg = stage_config("checkpointing", subset, epochs).replace(dropout=0.1,
+                                                                      save_every=max(steps_per_epoch // 4, 1))
+    crash_epoch = min(2, ckpt_epochs - 1)  # epoch 3 as in the lab, or the last one of a shorter smoke run
     crash_at = crash_epoch * steps_per_epoch + steps_per_epoch // 2 + 1  # partway through it, between checkpoints
     print(f"\n=== stage crash/resume (crash after step {crash_at}) ===", flush=True)
     report = crash_and_resume(crash_cfg, out / "crash_resume", crash_at)

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import sys
 
-from .config import LabConfig
+from ..config import LabConfig
 
 _CONVERTERS = {"int": int, "float": float, "str": str}
 
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "crash/resume) through the CLI into --out")
     reference.add_argument("--out", default="artifacts/reference")
     reference.add_argument("--subset", type=int, default=None, help="smoke run on N training images")
-    reference.add_argument("--epochs", type=int, default=5)
+    reference.add_argument("--epochs", type=int, default=None, help="epochs per stage (default: each notebook's own)")
 
     commands.add_parser("data", help="make sure FashionMNIST is present (and say where it came from)")
     return parser
@@ -85,8 +85,8 @@ def _run_train(args) -> int:
 
 
 def _run_crash_resume(args) -> int:
-    from .data import load_splits
-    from .optim import steps_per_epoch
+    from ..data import load_splits
+    from ..optim import steps_per_epoch
     from .resume import crash_and_resume
 
     cfg = LabConfig(subset=args.subset, epochs=args.epochs, seed=args.seed, dropout=0.1,
@@ -131,7 +131,7 @@ def _run_reference(args) -> int:
 
 
 def _run_data(args) -> int:
-    from .data import DataMissingError, ensure_data
+    from ..data import DataMissingError, ensure_data
 
     try:
         print(f"FashionMNIST ready (from {ensure_data()})")

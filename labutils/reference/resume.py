@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import compare_states
-from .config import LabConfig
+from ..checkpoint import compare_states
+from ..config import LabConfig
 from .loop import FINAL_NAME
-from .steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path, read_log
+from ..steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path, read_log
 
 
 @dataclass
@@ -64,7 +64,7 @@ def merge_logs(first: list[dict], second: list[dict], resume_step: int) -> list[
 
 def crash_and_resume(cfg: LabConfig, out_dir, crash_at_step: int, log=print) -> ResumeReport:
     """Run the reference, the crashing run and the resumed run of ``cfg``; write logs and the curve to ``out_dir``."""
-    from .plots import plot_resume_curve
+    from ..plots import plot_resume_curve
 
     out = Path(out_dir)
     ref_dir, crash_dir = out / "reference", out / "crashed"

@@ -1,0 +1,69 @@
+"""What a notebook leaves for ``make lab``: its key numbers as ``<notebook_id>.json`` and its figures as PNGs.
+
+Written only when ``LAB_ARTIFACTS`` names a folder (``make lab`` sets it); otherwise :func:`record` just prints.
+:func:`labutils.lesson.start` opens the notebook's record with :func:`begin`, and
+:mod:`labutils.reference.sequence` reads the files back into ``summary.md``.
+
+``<notebook_id>.json`` is one JSON object: ``notebook``, ``mode``, ``config`` (the LabConfig as a dict), ``figures``
+(PNG file names in the same folder), and the numbers; ``val_acc``, ``epoch_seconds`` and ``samples_per_s`` are always
+present (null until recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+REQUIRED_NUMBERS = ("val_acc", "epoch_seconds", "samples_per_s")  # every <notebook_id>.json holds these keys
+
+_current: dict = {"notebook": None}
+
+
+def folder() -> Path | None:
+    """``LAB_ARTIFACTS`` as a Path, or None when the notebook is not run by ``make lab``."""
+    value = os.environ.get("LAB_ARTIFACTS")
+    return Path(value) if value else None
+
+
+def begin(notebook_id: str, mode: str, config: dict) -> None:
+    """Start the notebook's record afresh (a re-run of the notebook replaces the previous one)."""
+    _current["notebook"] = notebook_id
+    _write({"notebook": notebook_id, "mode": mode, "config": config, "figures": [],
+            **{key: None for key in REQUIRED_NUMBERS}}, fresh=True)
+
+
+def _write(numbers: dict, fresh: bool = False) -> None:
+    notebook, out = _current["notebook"], folder()
+    if notebook is None:
+        raise RuntimeError("call lesson.start(notebook_id) first: it names the notebook the numbers belong to")
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{notebook}.json"
+    current = {} if fresh or not path.exists() else json.loads(path.read_text())
+    current.update(numbers)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(current, indent=2) + "\n")
+    os.replace(tmp, path)  # the sequence runner never reads half a file
+
+
+def record(**numbers) -> None:
+    """Print the notebook's key numbers and, under ``make lab``, merge them into ``<notebook_id>.json``."""
+    numbers = {k: (v.item() if hasattr(v, "item") else v) for k, v in numbers.items()}  # tensors -> JSON values
+    for key, value in numbers.items():
+        print(f"{key:>16} = {value:.4g}" if isinstance(value, float) else f"{key:>16} = {value!r}")
+    _write(numbers)
+
+
+def save_figure(fig, name: str) -> None:
+    """Save ``fig`` as ``<notebook_id>-<name>.png`` under ``make lab``. Returns nothing, so that a cell ending with
+    this call shows the figure once (the inline backend shows it already)."""
+    out = folder()
+    if out is None:
+        return
+    filename = f"{_current['notebook']}-{name}.png"
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / filename, dpi=120)
+    figures = json.loads((out / f"{_current['notebook']}.json").read_text()).get("figures", [])
+    _write({"figures": sorted(set(figures) | {filename})})

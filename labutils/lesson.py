@@ -19,7 +19,9 @@ loop. The numbers and figures ``make lab`` collects are :mod:`labutils.artifacts
 from __future__ import annotations
 
 import atexit
+import hashlib
 import itertools
+import json
 import math
 import os
 import shutil
@@ -220,6 +222,41 @@ def fit(train_epoch, evaluate, *, loader, epochs: int, label: str = "run") -> Ru
         bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", val_acc=f"{row['val_acc']:.3f}")
         bar.write(f"{label}  epoch {epoch}/{epochs}  train_loss {row['train_loss']:.4f}  val_loss {row['val_loss']:.4f}"
                   f"  val_acc {row['val_acc']:.4f}  {seconds:.1f} s ({row['samples_per_s']:,.0f} samples/s)")
+    return run
+
+
+def _kept_path(cfg: LabConfig) -> Path:
+    key = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    return data.cache_dir() / "runs" / f"{key}.json"
+
+
+def keep(run: Run, cfg: LabConfig) -> None:
+    """Keep a full-mode run's results, so that a later notebook comparing against the same configuration (same
+    settings, so the same initial weights and batches) reads them instead of training it again."""
+    if is_fast() or run.missing is not None:
+        return  # short runs are cheap, and an unfinished exercise has nothing to keep
+    path = _kept_path(cfg)
+    record = {"notebook": _state["notebook"], "label": run.label, "config": cfg.to_dict(),
+              "history": run.history, "grad_norms": run.grad_norms, "saved": time.strftime("%Y-%m-%d %H:%M")}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    except OSError as exc:  # a read-only cache only costs the later notebook a retraining
+        print(f"(could not keep this run for later notebooks: {exc})")
+
+
+def kept(cfg: LabConfig, label: str) -> Run | None:
+    """The run an earlier notebook kept for exactly this configuration (see :func:`keep`), or None: then train it."""
+    path = _kept_path(cfg)
+    if is_fast() or not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("config") != cfg.to_dict():
+        return None
+    run = Run(label)
+    run._history, run._grad_norms = record["history"], record["grad_norms"]
+    print(f"{label}: {record['notebook']}'s run of {record['saved']} (same settings, weights and batches), read from "
+          f"{path} instead of training it again; delete that file to retrain it here")
     return run
 
 

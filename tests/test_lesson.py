@@ -1,0 +1,68 @@
+"""The notebooks' runtime: each notebook's settings in each mode, and runs kept for a later notebook to reuse."""
+
+from __future__ import annotations
+
+import pytest
+
+from labutils import lesson
+from labutils.config import LabConfig
+
+
+@pytest.fixture
+def full_mode(monkeypatch, tmp_path):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("LAB_MODE", "full")
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LAB_ARTIFACTS", raising=False)
+    return tmp_path / "cache"
+
+
+def a_run(label: str = "baseline") -> lesson.Run:
+    run = lesson.Run(label)
+    run._history = [{"epoch": 1, "train_loss": 0.5, "val_loss": 0.4, "val_acc": 0.86, "seconds": 7.0,
+                     "eval_seconds": 0.5, "samples_per_s": 6857.0}]
+    return run
+
+
+def test_every_notebook_has_settings_and_fast_modes_shrink_them():
+    for notebook in lesson.SETTINGS:
+        full, fast = lesson.notebook_config(notebook, "full"), lesson.notebook_config(notebook, "grade")
+        assert full.subset is None and fast.subset == lesson.FAST["subset"]
+    assert lesson.notebook_config("06_checkpointing", "smoke").epochs == 2  # its own fast change beyond FAST
+    with pytest.raises(ValueError, match="no settings for notebook '09_extra'"):
+        lesson.notebook_config("09_extra")
+
+
+def test_a_kept_run_is_read_back_only_for_the_same_config(full_mode, capsys):
+    cfg = lesson.start("01_baseline")
+    lesson.keep(a_run(), cfg)
+    again = lesson.kept(cfg, "constant 1e-3")
+    assert again is not None and again.history == a_run().history and again.label == "constant 1e-3"
+    assert "01_baseline's run" in capsys.readouterr().out
+    assert lesson.kept(cfg.replace(lr=3e-3), "other") is None
+
+
+def test_fast_modes_neither_keep_nor_reuse(full_mode, monkeypatch):
+    cfg = lesson.notebook_config("01_baseline")
+    lesson.start("01_baseline")
+    lesson.keep(a_run(), cfg)
+    monkeypatch.setenv("LAB_MODE", "smoke")
+    assert lesson.kept(cfg, "baseline") is None
+    lesson.keep(a_run(), cfg.replace(lr=0.5))
+    monkeypatch.setenv("LAB_MODE", "full")
+    assert lesson.kept(cfg.replace(lr=0.5), "baseline") is None
+
+
+def test_an_unwritable_cache_only_costs_a_retraining(full_mode, capsys):
+    full_mode.mkdir()
+    (full_mode / "runs").write_text("a file where the runs folder should be")  # root ignores permissions
+    cfg = lesson.start("01_baseline")
+    lesson.keep(a_run(), cfg)
+    assert "could not keep this run" in capsys.readouterr().out
+
+
+def test_an_unfinished_exercise_keeps_nothing(full_mode):
+    cfg = LabConfig()
+    lesson.start("01_baseline")
+    lesson.keep(lesson.Run("baseline", missing="Lab 1: train_one_epoch"), cfg)
+    assert lesson.kept(cfg, "baseline") is None

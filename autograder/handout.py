@@ -8,6 +8,7 @@ graded (:mod:`autograder.sandbox`), so grading sees exactly the handout.
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -15,28 +16,63 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PACKAGE = "labutils.reference"  # the instructor's side of labutils: never in the handout
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
 
-README = """\
+# The README's commands, in order, each with the note printed beside it. tests/browser/test_student_lab.py reads
+# them back from the README in the zip and runs them.
+SETUP_COMMANDS = [
+    ("python -m venv .venv && . .venv/bin/activate", ""),
+    ("pip install -r requirements.txt", "torch, JupyterLab, ... at the course's versions"),
+    ("pip install .", "labutils: the helpers and checks the notebooks import"),
+]
+WORK_COMMANDS = [
+    (". .venv/bin/activate", "in every new terminal"),
+    ("jupyter lab notebooks/", "opens JupyterLab in your browser"),
+]
+# `pip install .` copies this file to <venv>/etc/jupyter/ (a jupyter_server_config.d/ file would not do: those only
+# enable server extensions). The server then hands each kernel CurveZMQ keys: the kernel's connection is encrypted and
+# it no longer prints "Kernel is running over TCP without encryption" at every start. "auto" does so only for kernels
+# whose kernelspec declares support (ipykernel's does).
+JUPYTER_CONFIG_DIR = "jupyter-config"
+JUPYTER_SERVER_CONFIG_FILE = f"{JUPYTER_CONFIG_DIR}/jupyter_server_config.json"
+JUPYTER_SERVER_CONFIG = {"KernelManager": {"transport_encryption": "auto"}}
+
+
+def _commands(commands: list[tuple[str, str]]) -> str:
+    width = max(len(command) for command, note in commands if note) + 2  # the notes line up
+    return "\n".join(f"    {command:<{width}}# {note}" if note else f"    {command}" for command, note in commands)
+
+
+README = f"""\
 # Loop Lab
 
 Write a PyTorch training loop you can trust, one notebook at a time, on FashionMNIST.
 
-## Set up
+## Set up (once)
 
-    python -m venv .venv && . .venv/bin/activate
-    pip install -r requirements.txt
-    pip install -e .          # makes `import labutils` work from the notebooks
+{_commands(SETUP_COMMANDS)}
 
-FashionMNIST is read from `LAB_DATA_DIR`, Debian's `dataset-fashion-mnist` package, or downloaded once.
+FashionMNIST is read from `LAB_DATA_DIR` (a folder with the four original `.gz` files), from Debian's
+`dataset-fashion-mnist` package, or downloaded once.
 
 ## Work
 
-    jupyter lab notebooks/
+{_commands(WORK_COMMANDS)}
 
-Do the notebooks in order (`00_data_tour` to `08_stretch`). Each exercise states its contract, then a check cell
-tells you right away whether your function meets it. Submit the notebooks you changed, keeping their file names.
+Do the notebooks in order, `00_data_tour` to `08_stretch`. Each exercise states the contract of a function you
+write; the check cell under it runs your function on tiny fixed data and prints a verdict: a ✓, or what went wrong,
+at which step, and how to fix it. The graded test cell after it runs the same check. Questions marked "graded by
+hand" are answered in the cell that says `YOUR ANSWER HERE`.
+
+Training cells use all 48,000 training images: one to three minutes per notebook on two CPU cores. While you are still
+writing your functions, start JupyterLab with `LAB_MODE=smoke jupyter lab notebooks/` to train on 2,048 images in
+seconds.
+
+## Submit
+
+The notebooks you changed, with their file names unchanged. Grading runs each one from top to bottom in a fresh
+kernel: check that Kernel > Restart Kernel and Run All Cells works before you submit.
 """
 
-PYPROJECT = """\
+PYPROJECT = f"""\
 [build-system]
 requires = ["setuptools>=64"]
 build-backend = "setuptools.build_meta"
@@ -50,7 +86,11 @@ dependencies = ["torch>=2.4", "torchvision", "matplotlib", "tqdm", "numpy"]
 
 [tool.setuptools.packages.find]
 include = ["labutils*"]
+
+[tool.setuptools.data-files]  # copied by `pip install .` (not by an editable install)
+"etc/jupyter" = ["{JUPYTER_SERVER_CONFIG_FILE}"]
 """
+NOT_FOR_STUDENTS = ("nbgrader", "sqlalchemy", "playwright")  # grading and the browser tests only
 
 
 def reference_dir(root: Path = REPO_ROOT) -> Path:
@@ -98,14 +138,16 @@ def handout_members(root: Path = REPO_ROOT) -> dict[str, Path | str]:
     members[f"{HANDOUT_DIR}/requirements.txt"] = student_requirements(root)
     members[f"{HANDOUT_DIR}/pyproject.toml"] = PYPROJECT
     members[f"{HANDOUT_DIR}/README.md"] = README
+    members[f"{HANDOUT_DIR}/{JUPYTER_SERVER_CONFIG_FILE}"] = json.dumps(JUPYTER_SERVER_CONFIG, indent=2) + "\n"
     return members
 
 
 def student_requirements(root: Path = REPO_ROOT) -> str:
-    """The course's pinned requirements without the grading-only packages."""
-    grading_only = ("nbgrader", "sqlalchemy")
-    lines = (root / "requirements.txt").read_text().splitlines()
-    return "\n".join(line for line in lines if not line.lower().startswith(grading_only)) + "\n"
+    """The course's pinned requirements without the packages only grading and the tests use (nor the course's
+    comments, which speak of its own set-up)."""
+    lines = [line.strip().lower() for line in (root / "requirements.txt").read_text().splitlines()]
+    pins = [line for line in lines if line and not line.startswith(("#", *NOT_FOR_STUDENTS))]
+    return "# The versions the course is tested with: pip install -r requirements.txt\n" + "\n".join(pins) + "\n"
 
 
 def build_handout(out: Path, root: Path = REPO_ROOT) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,17 @@ def jupyter(tmp_path):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def built_handout(tmp_path_factory):
+    """The student handout, built with the CLI and unzipped, once per session: tests use a copy (:func:`handout`)."""
+    from .student import unpacked_handout
+
+    return unpacked_handout(tmp_path_factory.mktemp("handout"))
+
+
+@pytest.fixture
+def handout(built_handout, tmp_path):
+    """A student's own unzipped copy of the handout, free to change (save notebooks, create a venv)."""
+    return Path(shutil.copytree(built_handout, tmp_path / built_handout.name))

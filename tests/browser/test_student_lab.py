@@ -1,29 +1,15 @@
-"""The student's journey: the handout zip, set up as its README says, and lab 1 worked in JupyterLab in a browser.
-
-The README's commands are read back from the README in the zip and run as written, with two stand-ins where the real
-thing is too slow for a test:
-- ``pip install -r requirements.txt`` (torch alone is ~1 GB): a ``.pth`` file lends the new venv this venv's
-  site-packages, after checking they hold exactly the versions the handout pins; ``pip install .`` then runs with
-  ``--no-deps``;
-- in the browser tests, ``jupyter lab notebooks/`` runs from this venv with ``PYTHONPATH`` and ``JUPYTER_CONFIG_PATH``
-  pointing into the handout: what ``pip install .`` puts in place, as the set-up test proves.
+"""The student's journey in JupyterLab: the handout unzipped, ``jupyter lab notebooks/`` as its README says (from
+this venv, with the handout's labutils and Jupyter setting: see student.py), lab 1 worked in a real browser.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
-import zipfile
-from pathlib import Path
-
 import pytest
 
-from autograder import handout as handout_module
-from labutils import checks, data
+from labutils import checks
 
 from .conftest import ENABLE
+from .student import start_command, student_env
 
 pytest.importorskip("playwright.sync_api", reason=ENABLE)
 
@@ -36,7 +22,6 @@ try:
 except ImportError:
     from tests import mutants
 
-REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {v.name: v for v in mutants.VARIANTS}
 CORRECT = VARIANTS["baseline_canonical"]
 BUGGY = VARIANTS["zero_grad_before_step"]  # zero_grad() between backward() and step()
@@ -48,98 +33,10 @@ ANSWER = ("With zero_grad() between backward() and step(), the step sees gradien
           "diverges or crawls.")
 
 
-@pytest.fixture(scope="module")
-def handout(tmp_path_factory) -> Path:
-    """The handout as a student has it: built by ``python -m autograder handout``, then unzipped."""
-    tmp = tmp_path_factory.mktemp("student")
-    zip_path = tmp / "loop-lab.zip"
-    proc = subprocess.run([sys.executable, "-m", "autograder", "handout", "--out", zip_path], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    with zipfile.ZipFile(zip_path) as zf:
-        zf.extractall(tmp)
-    return tmp / handout_module.HANDOUT_DIR
-
-
-def readme_commands(readme: str, section: str) -> list[str]:
-    """The commands of a README section (its indented lines), without their ``# notes``."""
-    body = readme.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    return [re.sub(r"\s+#.*$", "", line.strip()) for line in body.splitlines() if line.startswith("    ")]
-
-
-def student_env(handout: Path) -> dict[str, str]:
-    """What ``pip install .`` provides, without installing: the handout's labutils and Jupyter setting."""
-    return {"PYTHONPATH": str(handout), "JUPYTER_CONFIG_PATH": str(handout / handout_module.JUPYTER_CONFIG_DIR),
-            "LAB_CACHE_DIR": str(data.cache_dir())}  # the decompressed FashionMNIST, not a second copy in HOME
-
-
-def notebook_url(server) -> str:
-    return server.url(f"lab/tree/{NOTEBOOK}")
-
-
-# --- set-up: the README's commands -----------------------------------------------------------------------------------
-
-LEND_SITE_PACKAGES = """\
-import pathlib, sys, sysconfig
-lent = pathlib.Path(sysconfig.get_paths()["purelib"]) / "_course_requirements.pth"
-lent.write_text(sys.argv[1] + "\\n")
-"""
-CHECK_VERSIONS = """\
-import importlib.metadata as md, sys
-pins = [line.split("==") for line in map(str.strip, open("requirements.txt")) if line and not line.startswith("#")]
-wrong = [(name, pinned, md.version(name)) for name, pinned in pins if md.version(name) != pinned]
-sys.exit(f"lent versions differ from the pins: {wrong}" if wrong else 0)
-"""
-CHECK_INSTALL = """\
-import json, pathlib, sys
-import labutils, labutils.checks, labutils.lesson
-assert pathlib.Path(labutils.__file__).is_relative_to(sys.prefix), labutils.__file__  # installed, not lent
-try:
-    import labutils.reference
-    sys.exit("labutils.reference is importable: the instructor's answers reached a student")
-except ImportError:
-    pass
-config = pathlib.Path(sys.prefix, "etc/jupyter/jupyter_server_config.json")
-print(json.dumps(json.loads(config.read_text())))
-"""
-
-
-@pytest.mark.slow
-def test_readme_set_up_commands_work(handout):
-    """Run the README's set-up: a venv, the requirements (lent, versions checked), ``pip install .``."""
-    readme = (handout / "README.md").read_text()
-    setup = readme_commands(readme, "Set up")
-    assert setup == [command for command, _ in handout_module.SETUP_COMMANDS]
-    venv, requirements, install = setup
-    assert requirements == "pip install -r requirements.txt" and install == "pip install ."
-    site_packages = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
-    script = "\n".join([
-        "set -e",
-        venv,
-        f"python -c {_quote(LEND_SITE_PACKAGES)} {site_packages}",  # stands in for the requirements
-        f"python -c {_quote(CHECK_VERSIONS)}",
-        f"{install} --no-deps --quiet",
-        f"cd notebooks && python -c {_quote(CHECK_INSTALL)}",  # where the notebooks' kernels run
-    ])
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(handout.parent),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    proc = subprocess.run(["bash", "-c", script], cwd=handout, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == handout_module.JUPYTER_SERVER_CONFIG
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
-# --- in the browser --------------------------------------------------------------------------------------------------
-
-
-def start_student_lab(jupyter, handout: Path, **env: str):
-    work = readme_commands((handout / "README.md").read_text(), "Work")
-    start = work[-1].split()
-    assert start[:2] == ["jupyter", "lab"], work
-    return jupyter(handout, *start[2:], env={**student_env(handout), **env})
+def open_lab_1(jupyter, handout, page):
+    server = jupyter(handout, *start_command(handout), env=student_env(handout))
+    labpage.open_notebook(page, server.url(f"lab/tree/{NOTEBOOK}"))
+    return server
 
 
 @pytest.mark.browser
@@ -147,8 +44,7 @@ def start_student_lab(jupyter, handout: Path, **env: str):
 def test_check_cell_verdicts_in_jupyterlab(handout, jupyter, page):
     """Type a correct train_one_epoch, run down to the check: ✓. Then zero_grad() between backward() and step():
     the verdict names that mistake, without a traceback."""
-    server = start_student_lab(jupyter, handout)
-    labpage.open_notebook(page, notebook_url(server))
+    server = open_lab_1(jupyter, handout, page)
     labpage.screenshot(page, "student-1-opened")
     exercise = labpage.cell_index(page, r'raise NotImplementedError\("Lab 1: train_one_epoch"\)')
     check = labpage.cell_index(page, r"print\(checks\.check_train_one_epoch\(")
@@ -175,8 +71,7 @@ def test_check_cell_verdicts_in_jupyterlab(handout, jupyter, page):
 def test_nbgrader_validate_passes_for_a_correct_notebook(handout, jupyter, page):
     """Both functions written correctly and the question answered, then nbgrader's Validate button (it saves
     first, then runs the notebook in grading mode): success."""
-    server = start_student_lab(jupyter, handout)
-    labpage.open_notebook(page, notebook_url(server))
+    open_lab_1(jupyter, handout, page)
     for pattern, variant in ((r'NotImplementedError\("Lab 1: train_one_epoch"\)', CORRECT),
                              (r'NotImplementedError\("Lab 1: evaluate"\)', CORRECT_EVALUATE)):
         labpage.set_source(page, labpage.cell_index(page, pattern), mutants.source(variant))

@@ -1,0 +1,71 @@
+"""The handout README's set-up commands, run as written (no browser needed).
+
+One stand-in: ``pip install -r requirements.txt`` would fetch ~1 GB (torch), so a ``.pth`` file lends the new venv
+this venv's site-packages instead, after checking that they hold exactly the versions the handout pins; the README's
+``pip install .`` then runs with ``--no-deps``. (pip builds the handout in an isolated environment, which needs
+setuptools from the package index or the local wheel cache.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import handout as handout_module
+
+from .student import readme_commands
+
+LEND_SITE_PACKAGES = """\
+import pathlib, sys, sysconfig
+lent = pathlib.Path(sysconfig.get_paths()["purelib"]) / "_course_requirements.pth"
+lent.write_text(sys.argv[1] + "\\n")
+"""
+CHECK_VERSIONS = """\
+import importlib.metadata as md, sys
+pins = [line.split("==") for line in map(str.strip, open("requirements.txt")) if line and not line.startswith("#")]
+wrong = [(name, pinned, md.version(name)) for name, pinned in pins if md.version(name) != pinned]
+sys.exit(f"lent versions differ from the pins: {wrong}" if wrong else 0)
+"""
+CHECK_INSTALL = """\
+import json, pathlib, sys
+import labutils, labutils.checks, labutils.lesson
+assert pathlib.Path(labutils.__file__).is_relative_to(sys.prefix), labutils.__file__  # installed, not lent
+try:
+    import labutils.reference
+    sys.exit("labutils.reference is importable: the instructor's answers reached a student")
+except ImportError:
+    pass
+print((pathlib.Path(sys.prefix) / "etc/jupyter/jupyter_server_config.json").read_text())
+"""
+
+
+@pytest.mark.slow
+def test_readme_set_up_commands_work(handout):
+    """A venv, the requirements (lent, versions checked), ``pip install .``: labutils imports from the install,
+    labutils.reference does not, and the Jupyter setting is in the venv."""
+    setup = readme_commands(handout, "Set up")
+    assert setup == [command for command, _ in handout_module.SETUP_COMMANDS]
+    venv, requirements, install = setup
+    assert requirements == "pip install -r requirements.txt" and install == "pip install ."
+    site_packages = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
+    script = "\n".join([
+        "set -e",
+        venv,
+        f"python -c {_quote(LEND_SITE_PACKAGES)} {site_packages}",  # stands in for the requirements
+        f"python -c {_quote(CHECK_VERSIONS)}",
+        f"{install} --no-deps --quiet",
+        f"cd notebooks && python -c {_quote(CHECK_INSTALL)}",  # where the notebooks' kernels run
+    ])
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(handout.parent),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    proc = subprocess.run(["bash", "-c", script], cwd=handout, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert json.loads(proc.stdout[proc.stdout.index("{"):]) == handout_module.JUPYTER_SERVER_CONFIG
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"

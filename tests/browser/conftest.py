@@ -107,3 +107,11 @@ def built_handout(tmp_path_factory):
 def handout(built_handout, tmp_path):
     """A student's own unzipped copy of the handout, free to change (save notebooks, create a venv)."""
     return Path(shutil.copytree(built_handout, tmp_path / built_handout.name))
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory):
+    """The tiny class (alice correct, bob with a zero_grad bug) graded once by ``python -m autograder grade``."""
+    from .grading import grade_class
+
+    return grade_class(tmp_path_factory.mktemp("class"))

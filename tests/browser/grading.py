@@ -1,0 +1,86 @@
+"""A tiny class, graded once per test session: what the feedback and formgrader tests open.
+
+Two students, each submitting lab 1 as a student would: the released notebook (notebooks/, no solution markers, no
+hidden tests) with the exercise cells filled in from the mutant corpus the way tests/autograder_cases/build.py does,
+and the written question answered. ``alice`` is correct; ``bob`` calls ``zero_grad()`` between ``backward()`` and
+``step()``, the mistake the student journey types in the browser.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+try:
+    import mutants
+    from autograder_cases import build
+except ImportError:
+    from tests import mutants
+    from tests.autograder_cases import build
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = "01_baseline"
+VARIANTS = {v.name: v for v in mutants.VARIANTS}
+BUGGY = VARIANTS["zero_grad_before_step"]
+STUDENTS = {  # student -> (train_one_epoch, evaluate, written answer)
+    "alice": ("baseline_canonical", "evaluate_canonical",
+              "The step would see zeroed gradients and nothing would be learned; without zero_grad() the gradients "
+              "of all batches add up and every step follows a stale running sum."),
+    "bob": ("zero_grad_before_step", "evaluate_canonical", "Training would be slower, I think."),
+}
+ANSWER_ID = "answer_zero_grad_order"  # the written answer's grade_id in 01_baseline
+GRADE_ARGS = ("-j", "2", "--timeout-cell", "60", "--timeout-notebook", "120")
+
+
+@dataclass
+class GradedClass:
+    submissions: Path
+    out: Path
+    proc: subprocess.CompletedProcess
+
+    def feedback(self, student: str) -> Path:
+        return self.out / "feedback" / student / f"{NOTEBOOK}.html"
+
+
+def submission(student: str) -> nbformat.NotebookNode:
+    train, evaluate, answer = STUDENTS[student]
+    nb = nbformat.read(REPO / "notebooks" / f"{NOTEBOOK}.ipynb", as_version=4)
+    nb = build.with_function(nb, ("train_one_epoch",), mutants.source(VARIANTS[train]))
+    nb = build.with_function(nb, ("evaluate",), mutants.source(VARIANTS[evaluate]))
+    nb.cells[build.test_cell_index(nb, ANSWER_ID)].source = answer
+    return nb
+
+
+def write_submissions(dest: Path) -> Path:
+    for student in STUDENTS:
+        (dest / student).mkdir(parents=True)
+        nbformat.write(submission(student), dest / student / f"{NOTEBOOK}.ipynb")
+    return dest
+
+
+def grade(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``python -m autograder grade SUBMISSIONS --out OUT`` as an instructor runs it."""
+    return subprocess.run([sys.executable, "-m", "autograder", "grade", submissions, "--out", out, *GRADE_ARGS,
+                           *extra], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def grade_class(tmp: Path) -> GradedClass:
+    submissions = write_submissions(tmp / "submissions")
+    out = tmp / "out"
+    proc = grade(submissions, out)
+    if proc.returncode != 0:
+        raise RuntimeError(f"grading the tiny class failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return GradedClass(submissions, out, proc)
+
+
+def hidden_test_lines(notebook: str = NOTEBOOK) -> list[str]:
+    """Every line between ### BEGIN HIDDEN TESTS and ### END HIDDEN TESTS in the solutions' notebook."""
+    nb = nbformat.read(REPO / "solutions" / "loop_lab" / f"{notebook}.ipynb", as_version=4)
+    blocks = [m.group(1) for cell in nb.cells for m in
+              re.finditer(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S)]
+    return sorted({line.strip() for block in blocks for line in block.splitlines() if line.strip()})

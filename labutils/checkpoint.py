@@ -7,6 +7,8 @@
 - Safe to load: only tensors and plain values, so ``torch.load(weights_only=True)`` works and a checkpoint cannot run
   code. A sha256 written beside each file catches a flipped byte, which ``torch.load`` would happily accept.
 - Recoverable: loading walks back from the newest file to the newest one that verifies, warning about each it skips.
+- No debris: a writer killed mid-save leaves its temp file behind; the next run removes it when it starts or resumes
+  (:func:`remove_stale_temp_files`), and never one that a live writer is still writing.
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ import random
 import re
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl  # POSIX advisory locks: how a temp file's live writer is told apart from a dead one's
+except ImportError:  # Windows
+    fcntl = None
 
 import numpy as np
 import torch
 
 LAST_PATTERN = re.compile(r"^step-(\d{6,})\.pt$")
+TEMP_PATTERN = re.compile(r"^\..+\.pt(\.sha256)?\.[A-Za-z0-9_]{8}\.tmp$")  # atomic_save's: .step-000120.pt.k3v9_x0q.tmp
 BEST_NAME = "best.pt"
 
 
@@ -108,29 +117,99 @@ def atomic_save(obj, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # same folder: same disk
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        digest = sha256_of(Path(tmp))
-        os.replace(tmp, path)
-        _atomic_write_text(_checksum_path(path), digest + "\n")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _claimed_temp(path) as (f, tmp):  # same folder: same disk, so the rename is atomic
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        digest = sha256_of(tmp)
+        _publish(f, tmp, path)
+    _atomic_write_text(_checksum_path(path), digest + "\n")
     _fsync_dir(path.parent)
     return path
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with _claimed_temp(path) as (f, tmp):
+        f.write(text.encode())
         f.flush()
         os.fsync(f.fileno())
+        _publish(f, tmp, path)
+
+
+def _publish(f, tmp: Path, path: Path) -> None:
+    """Rename the finished temp file over ``path`` with its lock still held, so that its name never exists unlocked
+    while its writer lives. (Windows cannot rename an open file, and has no lock to keep: close it first.)"""
+    if fcntl is None:
+        f.close()
     os.replace(tmp, path)
+
+
+@contextmanager
+def _claimed_temp(path: Path):
+    """A new temp file ``.NAME.XXXXXXXX.tmp`` beside ``path``, opened for writing and exclusively locked by this
+    process until the block ends (the kernel drops the lock when the process dies, SIGKILL included); deleted if the
+    block raises."""
+    while True:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        f = os.fdopen(fd, "wb")
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only for a cleaner that got in first, and is deleting it
+        if os.fstat(fd).st_nlink > 0:
+            break
+        f.close()  # a cleaner removed it between mkstemp and the lock: take another name
+    try:
+        yield f, Path(name)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    finally:
+        f.close()
+
+
+def remove_stale_temp_files(ckpt_dir, log=None) -> list[Path]:
+    """Delete the temp files (``.step-000120.pt.XXXXXXXX.tmp``) that writers killed mid-save left in ``ckpt_dir``.
+
+    Called where a run starts or resumes: :func:`latest_checkpoint` (lab 7's loop starts with it),
+    :func:`load_latest_valid`, and the reference loop's ``fit``. Returns the deleted paths, sorted by name.
+
+    Why it is safe while other writers are alive: every writer of this module holds an exclusive ``flock`` on its temp
+    file from creating it until it has renamed it into place, and the kernel releases that lock the moment the writer
+    dies, however it dies. A temp file is deleted only when this function gets the lock itself (so no writer holds
+    it) and the name still points at the file it locked (so no writer finished and renamed it meanwhile). A writer
+    that loses the race between creating its file and locking it sees the file gone and takes another name. Age or
+    step numbers would not do: a live writer's file can be older than a finished checkpoint (two runs sharing one
+    folder, a slow disk), and a dead writer's file can be newer than every checkpoint (it died writing the newest).
+    Files of other patterns (a student's fixed ``.step-000120.pt.tmp``, which holds no lock) are never touched.
+    Where ``fcntl`` is missing (Windows) nothing is deleted, since a live writer could not be recognised.
+    """
+    folder = Path(ckpt_dir)
+    if fcntl is None or not folder.is_dir():
+        return []
+    removed = sorted(p for p in folder.iterdir() if TEMP_PATTERN.match(p.name) and _remove_if_unowned(p))
+    if removed and log is not None:
+        log(f"removed {len(removed)} temp file(s) left by writers that died mid-save in {folder}")
+    return removed
+
+
+def _remove_if_unowned(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # its writer finished and renamed it
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live writer holds it
+        try:
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                return False  # the name now points at another file
+        except FileNotFoundError:
+            return False  # renamed into place after we opened it: it is a checkpoint now
+        path.unlink()
+        return True
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -261,7 +340,9 @@ def list_checkpoints(ckpt_dir) -> list[Path]:
 
 
 def latest_checkpoint(ckpt_dir) -> Path | None:
-    """The newest "last" checkpoint by step, or None."""
+    """The newest "last" checkpoint by step, or None. A run resumes from here, so it first clears the temp files of
+    writers that died mid-save (:func:`remove_stale_temp_files`)."""
+    remove_stale_temp_files(ckpt_dir)
     found = list_checkpoints(ckpt_dir)
     return found[-1] if found else None
 
@@ -278,8 +359,10 @@ def rotate(ckpt_dir, keep_last: int) -> list[Path]:
 def load_latest_valid(ckpt_dir, *, model, optimizer, scheduler=None, scaler=None, log=print) -> dict | None:
     """Load the newest checkpoint that verifies and fits, walking back past damaged ones with a warning each.
 
-    Returns its dict, or None (after saying so) when there is none: the caller starts fresh.
+    Returns its dict, or None (after saying so) when there is none: the caller starts fresh. Temp files of writers
+    that died mid-save are removed first (:func:`remove_stale_temp_files`).
     """
+    remove_stale_temp_files(ckpt_dir, log=log)
     candidates = list_checkpoints(ckpt_dir)
     for path in reversed(candidates):
         try:

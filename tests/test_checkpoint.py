@@ -132,3 +132,124 @@ def test_a_different_thread_count_is_warned_about(tmp_path):
     ckpt.atomic_save(state, path)
     with pytest.warns(UserWarning, match="threads"):
         ckpt.restore_checkpoint(path, **o)
+
+
+# --- no debris after a crash -----------------------------------------------------------------------------------------
+
+# One run: resume as lab 7's loop does (latest_checkpoint), then save the next step, stalling half-way through the
+# write until told to go on on stdin (or killed there).
+STALLING_RUN = textwrap.dedent("""
+    import io, sys, torch
+    from labutils import checkpoint as ckpt
+    from labutils.models import SmallCNN
+
+    real_save = torch.save
+    def stalling_save(obj, f, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        f.write(data[: len(data) // 2])
+        f.flush()
+        print("mid-write", flush=True)
+        sys.stdin.readline()
+        f.write(data[len(data) // 2 :])
+    torch.save = stalling_save
+
+    folder, step = sys.argv[1], int(sys.argv[2])
+    latest = ckpt.latest_checkpoint(folder)
+    print(f"resumed from {latest.name if latest else None}", flush=True)
+    model = SmallCNN(channels=(4, 8))
+    ckpt.save_checkpoint(f"{folder}/{ckpt.last_name(step)}", model, torch.optim.AdamW(model.parameters()), step=step)
+    print("saved", flush=True)
+""")
+
+
+def start_stalling_run(folder, step):
+    """A writer process, returned once it is half-way through writing ``step``'s checkpoint."""
+    proc = subprocess.Popen([sys.executable, "-c", STALLING_RUN, str(folder), str(step)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    said = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
+    assert said[1] == "mid-write", said
+    return proc, said[0]
+
+
+def temp_files(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.slow
+def test_writers_killed_mid_save_leave_no_temp_files_once_the_next_run_resumes(tmp_path):
+    ckpt.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
+    for step in (2, 3, 4):  # three runs, each SIGKILLed in the middle of writing its checkpoint
+        proc, resumed = start_stalling_run(tmp_path, step)
+        assert resumed == "resumed from step-000001.pt"  # the half-written files never count as checkpoints
+        proc.kill()
+        assert proc.wait() == -9
+        proc.stdout.close()
+        (left,) = temp_files(tmp_path)  # the kill leaves this run's half-written file; its start removed the last's
+        assert left.startswith(f".step-{step:06d}.pt.")
+
+    state = ckpt.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)  # the next run resumes
+    assert state["step"] == 1
+    assert temp_files(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000001.pt", "step-000001.pt.sha256"]
+
+
+@pytest.mark.slow
+def test_a_temp_file_a_live_writer_is_writing_is_left_alone(tmp_path):
+    ckpt.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
+    proc, _ = start_stalling_run(tmp_path, 2)
+    try:
+        (live,) = temp_files(tmp_path)
+        assert ckpt.remove_stale_temp_files(tmp_path) == []
+        assert ckpt.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)["step"] == 1
+        assert ckpt.latest_checkpoint(tmp_path).name == "step-000001.pt"
+        assert temp_files(tmp_path) == [live]  # three resumes later, still there
+        proc.stdin.write("go on\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "saved"
+        assert proc.wait() == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()
+    assert temp_files(tmp_path) == []  # the writer finished its own file: renamed into place
+    model = SmallCNN(channels=(4, 8))
+    state = ckpt.restore_checkpoint(tmp_path / "step-000002.pt", model=model,
+                                    optimizer=torch.optim.AdamW(model.parameters()))
+    assert state["step"] == 2  # the writer we left alone wrote a complete, verified checkpoint
+
+
+def test_only_unlocked_files_of_the_writers_pattern_are_removed(tmp_path):
+    dead = tmp_path / ".step-000007.pt.abc_1234.tmp"  # a writer's, but nobody holds its lock: its writer is dead
+    dead_checksum = tmp_path / ".step-000007.pt.sha256.k9x0_q2z.tmp"
+    student = tmp_path / ".step-000007.pt.tmp"  # lab 6's own fixed-name writer takes no lock: never ours to delete
+    other = tmp_path / "notes.abc_1234.tmp"
+    for path in (dead, dead_checksum, student, other):
+        path.write_bytes(b"partial")
+    removed = ckpt.remove_stale_temp_files(tmp_path)
+    assert removed == sorted([dead, dead_checksum])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".step-000007.pt.tmp", "notes.abc_1234.tmp"]
+
+
+def test_a_locked_temp_file_is_left_alone_in_this_process_too(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    held = tmp_path / ".best.pt.abc_1234.tmp"
+    with open(held, "wb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # as atomic_save holds it while writing
+        assert ckpt.remove_stale_temp_files(tmp_path) == []
+    assert ckpt.remove_stale_temp_files(tmp_path) == [held]  # its holder is gone
+
+
+def test_the_reference_loop_clears_dead_writers_temp_files_when_a_run_starts(tmp_path):
+    from labutils.config import LabConfig
+    from labutils.reference.loop import fit
+
+    dead = tmp_path / ".step-000100.pt.abc_1234.tmp"
+    dead.write_bytes(b"half a checkpoint")
+    said = []
+    fit(LabConfig(subset=256, epochs=1, ckpt_dir=str(tmp_path), save_every=1, keep_last=1, progress=False),
+        log=said.append)
+    assert not dead.exists() and temp_files(tmp_path) == []
+    assert said[0] == f"removed 1 temp file(s) left by writers that died mid-save in {tmp_path}"

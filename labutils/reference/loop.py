@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..amp import autocast_dtype, make_scaler
-from ..checkpoint import BEST_NAME, atomic_save, last_name, load_latest_valid, rotate, save_checkpoint, set_seed
+from ..checkpoint import (BEST_NAME, atomic_save, last_name, load_latest_valid, remove_stale_temp_files, rotate,
+                          save_checkpoint, set_seed)
 from ..config import LabConfig
 from ..crash import exit_at_step
 from ..data import make_loaders, set_position
@@ -164,6 +165,8 @@ def fit(cfg: LabConfig, on_step: Callable[[int, float], None] | None = None, log
     objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
 
     pos, resumed_from = Position(), None
+    if cfg.ckpt_dir is not None:  # the run starts: clear what writers killed mid-save left (fresh start or resume)
+        remove_stale_temp_files(cfg.ckpt_dir, log=log)
     if cfg.resume:
         if cfg.ckpt_dir is None:
             raise ValueError("resume=True needs ckpt_dir: pass --ckpt-dir DIR (the folder the crashed run wrote)")

@@ -103,6 +103,12 @@ def output_text(page: Page, index: int) -> str:
     return cells(page).nth(index).locator(".jp-OutputArea").inner_text()
 
 
+def stderr_outputs(page: Page) -> list[str]:
+    """The text of every stderr output in the notebook (warnings a student would have to read past)."""
+    return page.locator('.jp-NotebookPanel:visible .jp-OutputArea-output'
+                        '[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+
+
 def wait_output(page: Page, index: int, text: str, timeout_s: float = 60) -> str:
     """Cell ``index``'s output once it contains ``text``; scrolled into view for the screenshot."""
     area = cells(page).nth(index).locator(".jp-OutputArea")

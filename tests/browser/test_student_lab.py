@@ -63,6 +63,7 @@ def test_check_cell_verdicts_in_jupyterlab(handout, jupyter, page):
     labpage.screenshot(page, "student-4-check-names-the-bug")
     assert shown.startswith("✗ train_one_epoch") and "Traceback" not in shown
     assert "zero_grad" in shown.splitlines()[0]
+    assert not labpage.stderr_outputs(page), "warnings in the student's outputs"
     assert "without encryption" not in server.log()  # the kernel got CurveZMQ keys (the handout's Jupyter setting)
 
 

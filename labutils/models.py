@@ -31,9 +31,6 @@ class SmallCNN(nn.Module):
             nn.Dropout(dropout),
             nn.Linear(128, 10),
         )
-        # NHWC conv weights: oneDNN's CPU convolutions prefer them; measured 1.4x faster training and 1.9x faster
-        # evaluation than NCHW on 2 cores (benchmarks/bench_loop.py). The input may stay NCHW; results are as exact.
-        self.to(memory_format=torch.channels_last)
 
     @staticmethod
     def _block(cin: int, cout: int, batchnorm: bool) -> list[nn.Module]:

@@ -25,7 +25,9 @@ from pathlib import Path
 from . import report
 from .pool import SharedZygote, Worker, run_pool
 from .handout import REPO_ROOT
-from .submissions import ASSIGNMENT, Submission, discover
+from .course import ASSIGNMENT, prepare_tools, sqlite_url
+from .release import generate_gradebook
+from .submissions import Submission, discover
 
 KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
 
@@ -71,80 +73,11 @@ class RunResult:
     seconds: float
 
 
-def ensure_tools_on_path() -> None:
-    """nbgrader runs the ``alembic`` command for its database: make this interpreter's bin folder findable."""
-    bin_dir = os.path.dirname(sys.executable)
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
-
-
-def fast_alembic_version() -> None:
-    """nbgrader stamps every new gradebook by running the ``alembic heads`` command (~8 s); ask alembic in-process."""
-    import nbgrader
-    import nbgrader.api
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
-    if getattr(nbgrader.api.get_alembic_version, "looplab", False):
-        return
-    cfg = Config()
-    cfg.set_main_option("script_location", os.path.join(os.path.dirname(nbgrader.__file__), "alembic"))
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-
-    def get_alembic_version() -> str:
-        return head
-
-    get_alembic_version.looplab = True
-    nbgrader.api.get_alembic_version = get_alembic_version
-
-
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
 # --- the instructor's gradebook ------------------------------------------------------------------------------------------
-
-
-def generate_assignment(source: Path, course: Path, db_url: str) -> list[str]:
-    """Run nbgrader generate_assignment on a copy of ``source``; returns the notebook ids in the gradebook."""
-    from nbgrader.api import Gradebook
-    from nbgrader.converters import GenerateAssignment
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config import Config
-
-    notebooks = sorted(source.glob("*.ipynb"))
-    if not notebooks:
-        raise FileNotFoundError(f"no notebooks in {source}: the solutions are the source of the gradebook")
-    src = course / "source" / ASSIGNMENT
-    if not src.exists():
-        src.mkdir(parents=True)
-        for nb in notebooks:
-            shutil.copyfile(nb, src / nb.name)
-    c = Config()
-    c.CourseDirectory.root = str(course)
-    c.CourseDirectory.db_url = db_url
-    c.CourseDirectory.assignment_id = ASSIGNMENT
-    c.GenerateAssignment.force = True
-    c.GenerateAssignment.preprocessors = _release_preprocessors()
-    converter = GenerateAssignment(coursedir=CourseDirectory(config=c), config=c)
-    converter.force = True
-    converter.start()
-    with Gradebook(db_url) as gb:
-        return sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
-
-
-def _release_preprocessors() -> list:
-    """The release's preprocessors (its named stubs), with the gradebook writer: the gradebook then holds exactly
-    the cells the students were given."""
-    from nbgrader.converters import GenerateAssignment
-    from nbgrader.preprocessors import ClearSolutions
-
-    try:
-        from .release import NamedStubs
-    except ImportError:
-        NamedStubs = ClearSolutions
-    defaults = GenerateAssignment.class_traits()["preprocessors"].default()
-    return [NamedStubs if p is ClearSolutions else p for p in defaults]
 
 
 def fingerprint(paths: list[Path]) -> str:
@@ -171,7 +104,7 @@ def _fmt(seconds: float) -> str:
 def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT) -> RunResult:
     opts = options or GradeOptions()
     started = time.monotonic()
-    ensure_tools_on_path()
+    prepare_tools()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
@@ -185,11 +118,10 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     zygote = SharedZygote(work)
     workers = [Worker(i, work) for i in range(opts.jobs)]
     try:
-        fast_alembic_version()
         template_db = work / "template" / "gradebook.db"
-        notebooks = generate_assignment(source, work / "template", f"sqlite:///{template_db}")
-        db_url = opts.db_url or f"sqlite:///{out / 'gradebook.db'}"
-        generate_assignment(source, work / "instructor", db_url)
+        notebooks = generate_gradebook(source, work / "template", sqlite_url(template_db))
+        db_url = opts.db_url or sqlite_url(out / "gradebook.db")
+        generate_gradebook(source, work / "instructor", db_url)
         subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
         log(f"grading {len(subs)} student(s) x {len(notebooks)} notebook(s) with {opts.jobs} process(es); "
             f"gradebook {db_url}")

@@ -20,11 +20,9 @@ from pathlib import Path
 
 from nbgrader import utils as nbgrader_utils
 from nbgrader.converters import GenerateAssignment
-from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import ClearSolutions, SaveCells
-from traitlets.config import Config
 
-ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
+from .course import ASSIGNMENT, nbgrader_config, run_converter
 BARE_STUB = "raise NotImplementedError()"
 _DEF = re.compile(r"^\s*def\s+(\w+)\s*\(")
 
@@ -53,32 +51,53 @@ def name_stubs(source: str, notebook_id: str, fallback: str) -> str:
     return "\n".join(lines)
 
 
-def _preprocessors() -> list:
-    """nbgrader's own list, with the named stubs and without the gradebook writer."""
+def _preprocessors(gradebook: bool = False) -> list:
+    """nbgrader's own list with the named stubs; without the gradebook writer unless ``gradebook``."""
     chain = [NamedStubs if p is ClearSolutions else p for p in GenerateAssignment.class_traits()["preprocessors"].default()]
-    return [p for p in chain if p is not SaveCells]
+    return chain if gradebook else [p for p in chain if p is not SaveCells]
+
+
+def copy_source(solutions: Path, course: Path) -> list[Path]:
+    """Copy the notebooks (only: nothing else can leak) of ``solutions`` into ``course/source/loop_lab``."""
+    notebooks = sorted(Path(solutions).glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"no notebooks in {solutions}")
+    source = Path(course) / "source" / ASSIGNMENT
+    source.mkdir(parents=True, exist_ok=True)
+    for nb in notebooks:
+        shutil.copyfile(nb, source / nb.name)
+    return notebooks
+
+
+def generate_gradebook(solutions: Path, course: Path, db_url: str) -> list[str]:
+    """generate_assignment with the gradebook writer, in the course at ``course``: the gradebook then holds exactly
+    the cells the students were given (test cells, their points, the instructor's source of every locked cell).
+    Returns the notebook ids in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    if not (Path(course) / "source" / ASSIGNMENT).exists():
+        copy_source(solutions, course)
+    c = nbgrader_config(course, db_url)
+    c.GenerateAssignment.force = True
+    c.GenerateAssignment.preprocessors = _preprocessors(gradebook=True)
+    run_converter(GenerateAssignment, c)
+    with Gradebook(db_url) as gb:
+        return sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
 
 
 def generate(solutions: Path, out: Path) -> list[Path]:
     """Run generate_assignment on every ``solutions/*.ipynb`` in a scratch course; copy the results into ``out``
     (created if needed) and return their paths. Raises if nbgrader fails or a notebook goes missing."""
-    notebooks = sorted(Path(solutions).glob("*.ipynb"))
-    if not notebooks:
+    if not sorted(Path(solutions).glob("*.ipynb")):
         raise FileNotFoundError(f"no notebooks in {solutions}: nothing to release")
     with tempfile.TemporaryDirectory(prefix="loop_lab-release-") as tmp:
         course = Path(tmp)
-        source = course / "source" / ASSIGNMENT
-        source.mkdir(parents=True)
-        for nb in notebooks:  # copies of the notebooks only: nothing else can end up in the release
-            shutil.copyfile(nb, source / nb.name)
-        c = Config()
-        c.CourseDirectory.root = str(course)
-        c.CourseDirectory.assignment_id = ASSIGNMENT
+        notebooks = copy_source(solutions, course)
+        c = nbgrader_config(course)
         c.GenerateAssignment.no_database = True
+        c.GenerateAssignment.force = True
         c.GenerateAssignment.preprocessors = _preprocessors()
-        converter = GenerateAssignment(coursedir=CourseDirectory(config=c), config=c)
-        converter.force = True
-        converter.start()  # raises NbGraderException (after logging the reason) when a notebook fails
+        run_converter(GenerateAssignment, c)  # raises NbGraderException (after logging the reason) when one fails
         released = course / "release" / ASSIGNMENT
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-ASSIGNMENT = "loop_lab"
+from .course import ASSIGNMENT
 MAX_EXTRA_BYTES = 50 * 1024 * 1024  # data files a student may hand in beside the notebooks
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.@+-]")
 

@@ -25,9 +25,8 @@ import traceback
 from pathlib import Path
 
 from . import execute, sandbox
+from .course import ASSIGNMENT, nbgrader_config, prepare_tools, run_converter, sqlite_url
 from .handout import REPO_ROOT, reference_dir, student_labutils_files
-
-ASSIGNMENT = "loop_lab"
 
 
 class ZygoteError(RuntimeError):
@@ -157,16 +156,10 @@ class _ErrorLog(logging.Handler):
 def _autograde(course: Path, student: str, cfg: dict) -> None:
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.converters import Autograde
-    from nbgrader.coursedir import CourseDirectory
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         IgnorePattern, LimitOutput, OverwriteKernelspec, SaveAutoGrades)
-    from traitlets.config import Config
 
-    c = Config()
-    c.CourseDirectory.root = str(course)
-    c.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
-    c.CourseDirectory.assignment_id = ASSIGNMENT
-    c.CourseDirectory.student_id = student
+    c = nbgrader_config(course, student=student)
     c.Autograde.sanitize_preprocessors = [
         execute.NormalizeMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec, execute.RestoreCells, CheckCellMetadata,
     ]
@@ -177,23 +170,17 @@ def _autograde(course: Path, student: str, cfg: dict) -> None:
     c.SandboxedExecute.timeout = int(cfg["cell_timeout"])
     c.SandboxedExecute.notebook_timeout = int(cfg["notebook_timeout"])
     c.SandboxedExecute.startup_timeout = 120
-    Autograde(coursedir=CourseDirectory(config=c), config=c).start()
+    run_converter(Autograde, c)
 
 
 def _feedback(course: Path, student: str) -> None:
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
     from nbgrader.preprocessors import GetGrades
-    from traitlets.config import Config
 
-    c = Config()
-    c.CourseDirectory.root = str(course)
-    c.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
-    c.CourseDirectory.assignment_id = ASSIGNMENT
-    c.CourseDirectory.student_id = student
+    c = nbgrader_config(course, student=student)
     c.GenerateFeedback.preprocessors = [execute.ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
-    GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
+    run_converter(GenerateFeedback, c)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -229,7 +216,7 @@ def _read_grades(course: Path, student: str, notebook: str) -> list[dict]:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             if grade_id and cell.cell_type == "code":
                 messages[grade_id] = failure_message(cell.get("outputs", []))
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(sqlite_url(course / "gradebook.db")) as gb:
         source_nb = gb.find_notebook(notebook, ASSIGNMENT)
         order = [c.name for c in source_nb.source_cells]
         written = {c.name for c in source_nb.solution_cells}  # graded and answered by the student: graded by hand
@@ -338,10 +325,7 @@ def main() -> None:
     if not line:
         return  # the parent had nothing for us
     cfg = json.loads(line)
-    from .grade import ensure_tools_on_path, fast_alembic_version
-
-    ensure_tools_on_path()
-    fast_alembic_version()
+    prepare_tools()
     os.environ["JUPYTER_RUNTIME_DIR"] = str(Path(cfg["work_dir"]) / f"runtime-{os.getpid()}")
     zygote = start_zygote(cfg)
     results.write(json.dumps({"ready": True, "zygote_s": round(zygote.startup_s, 2)}) + "\n")

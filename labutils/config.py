@@ -37,7 +37,8 @@ class LabConfig:
     warmup_steps: int = knob(100, "linear warmup length for warmup_cosine")
     max_norm: float | None = knob(None, "global-norm clipping threshold; None logs the norm but never clips")
     accum_steps: int = knob(1, "micro-batches per optimizer step (virtual batch = batch_size * accum_steps)")
-    amp: str = knob("off", "off | auto | bf16 | fp16; auto = bf16 on CPU, fp16 + GradScaler on CUDA")
+    amp: str = knob("off", "off | auto | bf16 | fp16; auto = fp16 + GradScaler on CUDA, bf16 on a CPU with bf16 "
+                           "instructions (AVX-512 BF16, AMX), float32 on any other CPU")
     device: str = knob("cpu", "cpu, cuda, cuda:1, mps ...")
     # checkpoints and logs
     ckpt_dir: str | None = knob(None, "where last-/best- checkpoints go; None disables checkpointing")

@@ -6,13 +6,15 @@ Written only when ``LAB_ARTIFACTS`` names a folder (``make lab`` sets it); other
 
 ``<notebook_id>.json`` is one JSON object: ``notebook``, ``mode``, ``config`` (the LabConfig as a dict), ``figures``
 (PNG file names in the same folder), and the numbers; ``val_acc``, ``epoch_seconds`` and ``samples_per_s`` are always
-present (null until recorded).
+present (null until recorded). ``seconds`` breaks the notebook's time down by kind (``training``, ``evaluation``,
+``subprocesses``, ``figures``), added to by :func:`add_seconds` where that work happens.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 REQUIRED_NUMBERS = ("val_acc", "epoch_seconds", "samples_per_s")  # every <notebook_id>.json holds these keys
@@ -29,7 +31,7 @@ def folder() -> Path | None:
 def begin(notebook_id: str, mode: str, config: dict) -> None:
     """Start the notebook's record afresh (a re-run of the notebook replaces the previous one)."""
     _current["notebook"] = notebook_id
-    _write({"notebook": notebook_id, "mode": mode, "config": config, "figures": [],
+    _write({"notebook": notebook_id, "mode": mode, "config": config, "figures": [], "seconds": {},
             **{key: None for key in REQUIRED_NUMBERS}}, fresh=True)
 
 
@@ -48,6 +50,16 @@ def _write(numbers: dict, fresh: bool = False) -> None:
     os.replace(tmp, path)  # the sequence runner never reads half a file
 
 
+def add_seconds(kind: str, seconds: float) -> None:
+    """Count ``seconds`` of ``kind`` (training, evaluation, ...) in the notebook's time breakdown under ``make lab``;
+    elsewhere (a notebook run by hand, a test) nothing is kept."""
+    out, notebook = folder(), _current["notebook"]
+    if out is None or notebook is None or not (out / f"{notebook}.json").exists():
+        return
+    spent = json.loads((out / f"{notebook}.json").read_text()).get("seconds", {})
+    _write({"seconds": {**spent, kind: spent.get(kind, 0.0) + seconds}})
+
+
 def record(**numbers) -> None:
     """Print the notebook's key numbers and, under ``make lab``, merge them into ``<notebook_id>.json``."""
     numbers = {k: (v.item() if hasattr(v, "item") else v) for k, v in numbers.items()}  # tensors -> JSON values
@@ -64,6 +76,8 @@ def save_figure(fig, name: str) -> None:
         return
     filename = f"{_current['notebook']}-{name}.png"
     out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     fig.savefig(out / filename, dpi=120)
+    add_seconds("figures", time.perf_counter() - started)
     figures = json.loads((out / f"{_current['notebook']}.json").read_text()).get("figures", [])
     _write({"figures": sorted(set(figures) | {filename})})

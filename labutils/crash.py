@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from . import artifacts
+
 
 def exit_at_step(crash_at_step: int):
     """A step callback ``(step, loss=None)`` that ends the process with ``os._exit(1)`` once ``step`` is reached."""
@@ -71,7 +73,9 @@ def run_forked(fn, *args, **kwargs) -> int:
         torch.set_num_threads(1)
         fn(*args, **kwargs)
 
+    started = time.perf_counter()
     process = multiprocessing.get_context("fork").Process(target=child)
     process.start()
     process.join()
+    artifacts.add_seconds("subprocesses", time.perf_counter() - started)
     return process.exitcode

@@ -217,6 +217,8 @@ def fit(train_epoch, evaluate, *, loader, epochs: int, label: str = "run") -> Ru
         train_loss, norms = result if isinstance(result, tuple) else (result, [])
         row = {"epoch": epoch, "train_loss": float(train_loss), "val_loss": float(val_loss), "val_acc": float(val_acc),
                "seconds": seconds, "eval_seconds": eval_seconds, "samples_per_s": n_samples / seconds}
+        artifacts.add_seconds("training", seconds)
+        artifacts.add_seconds("evaluation", eval_seconds)
         run._history.append(row)
         run._grad_norms.extend(float(n) for n in norms)
         bar.set_postfix(train_loss=f"{row['train_loss']:.3f}", val_acc=f"{row['val_acc']:.3f}")

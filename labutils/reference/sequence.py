@@ -3,7 +3,9 @@
 Each notebook runs top to bottom with nbclient in a fresh kernel of this interpreter, ``LAB_MODE=full`` and
 ``LAB_ARTIFACTS`` pointing at the output folder, where :mod:`labutils.lesson` writes each notebook's numbers
 (``<notebook_id>.json``) and figures. The executed notebooks are kept beside them, and ``summary.md`` gathers one row
-per notebook: validation accuracy, epoch time, throughput and the notebook's own wall time.
+per notebook: validation accuracy, epoch time, throughput, the notebook's wall time and where that time went
+(training and evaluation as :func:`labutils.lesson.fit` timed them, forked subprocesses, saving figures, the other
+cells, and the kernel's start and nbclient's own work: the wall time less every cell's).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -25,7 +28,7 @@ CELL_TIMEOUT_S = 600
 def execute_notebook(path: Path, out_dir: Path, mode: str) -> float:
     """Run one notebook (stopping at the first failing cell); save the executed copy; return its wall time."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": str(path.parent)}})
     started = time.perf_counter()
     try:
@@ -37,14 +40,34 @@ def execute_notebook(path: Path, out_dir: Path, mode: str) -> float:
     return time.perf_counter() - started
 
 
+def cells_seconds(nb) -> float:
+    """The time the notebook's code cells took, from the timestamps nbclient's ``record_timing`` leaves."""
+    total = 0.0
+    for cell in nb.cells:
+        timing = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            begun, done = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+                           for k in ("iopub.execute_input", "shell.execute_reply"))
+            total += (done - begun).total_seconds()
+    return total
+
+
+BREAKDOWN = ("training", "evaluation", "subprocesses", "figures")
+
+
 def summary_table(out_dir: Path, wall_times: dict[str, float]) -> str:
-    rows = ["| notebook | val acc | mean epoch time (s) | samples/s | notebook wall time (s) |",
-            "|---|---|---|---|---|"]
+    rows = ["| notebook | val acc | mean epoch time (s) | samples/s | notebook wall time (s) | "
+            + " | ".join(BREAKDOWN) + " | other cells | kernel start and nbclient |",
+            "|---|---|---|---|---|" + "---|" * (len(BREAKDOWN) + 2)]
     for notebook, seconds in wall_times.items():
         numbers = json.loads((out_dir / f"{notebook}.json").read_text())
         acc, epoch_s, speed = (numbers.get(k) for k in ("val_acc", "epoch_seconds", "samples_per_s"))
+        spent = numbers.get("seconds", {})
+        in_cells = cells_seconds(nbformat.read(out_dir / "notebooks" / f"{notebook}.ipynb", as_version=4))
+        other = in_cells - sum(spent.get(kind, 0.0) for kind in BREAKDOWN)
         rows.append(f"| {notebook} | {_fmt(acc, '.2%')} | {_fmt(epoch_s, '.1f')} | {_fmt(speed, ',.0f')} "
-                    f"| {seconds:.0f} |")
+                    f"| {seconds:.0f} | " + " | ".join(f"{spent.get(kind, 0.0):.0f}" for kind in BREAKDOWN)
+                    + f" | {other:.0f} | {seconds - in_cells:.0f} |")
     total = sum(wall_times.values())
     return "\n".join(rows) + f"\n\nWhole sequence: {total:.0f} s ({total / 60:.1f} min).\n"
 

@@ -8,15 +8,14 @@
   Its kernels are forks of the zygote (:mod:`autograder.kernels`).
 - The preprocessors that clean a submission before it runs are in :mod:`autograder.cells`.
 
-The worker sets :data:`CONTEXT` (where the task's files go, the zygote, the limits) before each notebook.
+:func:`autograder.task.grade_task` sets the task's context (:mod:`autograder.context`: where its files go, the
+zygote, the limits) around each notebook.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
@@ -24,35 +23,11 @@ from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from . import hidden
-from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (worker list)
+from . import channel, hidden
+from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (task's list)
+from .channel import RecheckCell, RecheckOutcome, RecheckReply, RecheckRequest, RecheckSpec
+from .context import current as _context
 from .kernels import ZygoteKernelManager
-
-
-
-@dataclass
-class TaskContext:
-    """Everything the plug-ins need to know about the notebook being graded; set by the worker."""
-
-    zygote: object  # autograder.worker.Zygote
-    task_dir: Path
-    kernel_env: dict
-    policy: dict  # sandbox.Policy fields shared by the kernel and the recheck
-    threads: int = 1
-    notebook_timeout: int = 300
-    notes: list[str] = field(default_factory=list)  # for the student's JSON
-    timings: dict = field(default_factory=dict)
-    rechecks: list[dict] = field(default_factory=list)
-    fatal: str | None = None  # why the grader itself could not grade this notebook
-
-
-CONTEXT: TaskContext | None = None
-
-
-def _context() -> TaskContext:
-    if CONTEXT is None:
-        raise RuntimeError("autograder.execute.CONTEXT is not set: these preprocessors run inside autograder.worker")
-    return CONTEXT
 
 
 # --- execution ---------------------------------------------------------------------------------------------------------
@@ -138,7 +113,7 @@ class SandboxedExecute(Execute):
         except Exception as exc:  # the client broke mid-way: the rest of the notebook is not gradable
             if not started_cells:  # no student code ran yet: the grader (limits, environment) is at fault
                 ctx.fatal = (f"the kernel did not start ({type(exc).__name__}: {exc}); is --memory-limit "
-                             f"({ctx.policy.get('memory_mb')} MB) too small?")
+                             f"({ctx.policy.memory_mb} MB) too small?")
                 raise KernelStartError(ctx.fatal) from exc
             stop_reason = f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})"
             stopped_at = 0 if stopped_at is None else stopped_at
@@ -172,7 +147,7 @@ class SandboxedExecute(Execute):
         log = ctx.task_dir / "kernel.log"
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
         if any(s in tail for s in ("MemoryError", "Cannot allocate memory", "bad_alloc", "DefaultCPUAllocator")):
-            return f"it ran out of memory: the grading limit is {ctx.policy.get('memory_mb')} MB"
+            return f"it ran out of memory: the grading limit is {ctx.policy.memory_mb} MB"
         return "the process exited: os._exit(), exit(), quit(), a crash, or the memory or CPU limit"
 
     def _code_number(self, index: int) -> int:
@@ -201,49 +176,43 @@ class SandboxedExecute(Execute):
                 continue
             if index in targets:
                 grade_id, calls = targets[index]
-                cells.append({"index": index, "grade_id": grade_id, "checks": [list(c) for c in calls]})
+                cells.append(RecheckCell(index=index, grade_id=grade_id, checks=[list(c) for c in calls]))
             elif utils.is_grade(cell):
                 continue  # the instructor's tests: not re-run, only their hidden checks (above)
             else:
                 skip = index in timed_out or (stopped_at is not None and index >= stopped_at)
-                cells.append({"index": index, "source": cell.source, "run": not skip})
+                cells.append(RecheckCell(index=index, source=cell.source, run=not skip))
         work = ctx.task_dir / "recheck"
         for sub in ("cwd", "home", "tmp"):
             (work / sub).mkdir(parents=True, exist_ok=True)
         spec_path = work / "spec.json"
-        spec_path.write_text(json.dumps({"cells": cells, "cell_timeout": self.timeout_cell_limit()}))
+        spec_path.write_bytes(channel.encode(RecheckSpec(cells=cells, cell_timeout=self.timeout_cell_limit())))
         env = dict(ctx.kernel_env, HOME=str(work / "home"), TMPDIR=str(work / "tmp"), MPLBACKEND="Agg")
-        policy = dict(ctx.policy)
-        policy["write_dirs"] = [str(work / "cwd"), str(work / "home"), str(work / "tmp")]
-        policy["read_files"] = [*policy.get("read_files", []), str(spec_path)]
+        policy = dataclasses.replace(ctx.policy, write_dirs=[str(work / "cwd"), str(work / "home"), str(work / "tmp")],
+                                     read_files=[*ctx.policy.read_files, str(spec_path)])
         started = time.monotonic()
-        reply = ctx.zygote.request({
-            "op": "recheck", "spec": str(spec_path), "cwd": str(work / "cwd"), "env": env, "policy": policy,
-            "log": str(work / "recheck.log"), "timeout": self.notebook_timeout, "threads": ctx.threads,
-        }, timeout=self.notebook_timeout + 30)
+        reply = ctx.zygote.request(RecheckRequest(
+            spec=str(spec_path), cwd=str(work / "cwd"), env=env, policy=policy, log=str(work / "recheck.log"),
+            timeout=self.notebook_timeout, threads=ctx.threads,
+        ), RecheckReply, timeout=self.notebook_timeout + 30)
         ctx.timings["recheck_s"] = round(time.monotonic() - started, 2)
-        results: dict[str, list[dict]] = {}
-        for line in reply.get("lines", []):
-            try:
-                item = json.loads(line)
-                results.setdefault(str(item["grade_id"]), []).append(item)
-            except (ValueError, KeyError, TypeError):
-                continue  # not a result line: ignore (and the test stays unconfirmed below)
-        status = reply.get("status")
+        results: dict[str, dict[tuple, channel.CheckLine]] = {}
+        for line in reply.lines:
+            results.setdefault(line.grade_id, {})[tuple(line.call)] = line
         for index, (grade_id, calls) in targets.items():
-            got = {tuple(r.get("call") or ()): r for r in results.get(grade_id, [])}
+            got = results.get(grade_id, {})
             for call in calls:
-                item = got.get(call)
+                item = got.get(tuple(call))
                 if item is None:
-                    why = (f"did not finish within {self.notebook_timeout} s" if status == "timeout"
+                    why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout"
                            else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
                     message = f"{hidden.describe(call)} {why}"
-                elif item.get("passed") is True:
-                    ctx.rechecks.append({"grade_id": grade_id, "call": list(call), "passed": True})
+                elif item.passed is True:
+                    ctx.rechecks.append(RecheckOutcome(grade_id=grade_id, call=list(call), passed=True))
                     continue
                 else:
-                    message = str(item.get("message", "hidden test failed"))
-                ctx.rechecks.append({"grade_id": grade_id, "call": list(call), "passed": False, "message": message})
+                    message = item.message or "hidden test failed"
+                ctx.rechecks.append(RecheckOutcome(grade_id=grade_id, call=list(call), passed=False, message=message))
                 self.nb.cells[index].outputs.append(_error("AssertionError", message))
 
     def timeout_cell_limit(self) -> int:

@@ -1,11 +1,16 @@
 """``python -m autograder grade``: from a folder of submissions to a gradebook, grades, feedback and a summary.
 
-1. ``nbgrader generate_assignment`` on ``solutions/loop_lab`` (in a scratch course) gives the gradebook every
-   submission is graded against: test cells, their points and the instructor's source of every locked cell.
-2. Each (student, notebook) is one task; ``-j`` worker processes (:mod:`autograder.worker`) take tasks longest-first,
-   each in its own course folder with its own copy of that gradebook.
-3. The parent alone writes the real gradebook (SQLite by default, any SQLAlchemy URL), then the reports
-   (:mod:`autograder.report`).
+Three steps, each a function:
+
+1. :func:`plan`: ``nbgrader generate_assignment`` on ``solutions/loop_lab`` (in a scratch course) gives the gradebook
+   every submission is graded against (test cells, their points, the instructor's source of every locked cell); the
+   submissions become one :class:`~autograder.channel.Task` per (student, notebook) handed in.
+2. run: an executor grades the tasks, each with :func:`autograder.task.grade_task` in its own course folder with its
+   own copy of that gradebook, and hands back one :class:`~autograder.channel.Result` per task. Locally that is
+   :class:`autograder.pool.LocalExecutor` (``-j`` worker processes, longest tasks first); any object with its
+   ``start`` / ``run`` / ``close`` can take its place (a Dask cluster).
+3. :func:`collect`: this process alone writes the real gradebook (SQLite by default, any SQLAlchemy URL), the
+   feedback and the reports (:mod:`autograder.report`).
 
 A task that hangs past every limit has its worker killed and restarted; the student gets zero for that notebook with
 the reason, the others are still graded, and the exit status says the run is incomplete.
@@ -13,6 +18,7 @@ the reason, the others are still graded, and the exit status says the run is inc
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -23,17 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import report
-from .pool import SharedZygote, Worker, run_pool
-from .handout import REPO_ROOT
+from .channel import ExtraFile, Result, RunConfig, Task
 from .course import ASSIGNMENT, prepare_tools, sqlite_url
+from .handout import REPO_ROOT
+from .pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
 from .release import generate_gradebook
 from .submissions import Submission, discover
-
-KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
-
-
-class GradingSetupError(RuntimeError):
-    """The run cannot grade anyone as configured (a limit too small for torch, no zygote)."""
 
 
 @dataclass
@@ -59,6 +60,15 @@ class TaskOutcome:
     seconds: float = 0.0
     feedback: str | None = None
     timings: dict = field(default_factory=dict)  # kernel_s, recheck_s, total_s inside the worker
+
+    @classmethod
+    def from_result(cls, result: Result, seconds: float) -> TaskOutcome:
+        notes = list(result.notes)
+        if result.status != "graded":
+            notes.append(f"could not be graded: {result.error}")
+        return cls(student=result.student, notebook=result.notebook, status=result.status,
+                   tests=[dataclasses.asdict(t) for t in result.tests], notes=notes, seconds=round(seconds, 1),
+                   feedback=result.feedback, timings=dict(result.timings))
 
 
 @dataclass
@@ -101,121 +111,123 @@ def _fmt(seconds: float) -> str:
     return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
 
 
-def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT) -> RunResult:
+@dataclass
+class Plan:
+    """What a run will grade, and against what; made by :func:`plan`."""
+
+    out: Path
+    db_url: str  # the real gradebook
+    notebooks: list[str]  # notebook ids of the assignment
+    submissions: list[Submission]
+    tasks: list[Task]
+    decided: dict[tuple[str, str], TaskOutcome]  # (student, notebook) with nothing to run: missing or unreadable
+    run: RunConfig  # the executor fills in where its zygote and data are
+
+    @property
+    def students(self) -> list[str]:
+        return [s.student for s in self.submissions]
+
+
+def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT,
+          executor=None) -> RunResult:
+    """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect."""
     opts = options or GradeOptions()
     started = time.monotonic()
     prepare_tools()
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
     work = Path(tempfile.mkdtemp(prefix="looplab-grade-"))
     from . import sandbox
 
+    source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
     # Landlock makes writes outside a student's folder impossible; without it, detect them afterwards.
     protected = [] if sandbox.landlock_abi() else [source, root / "labutils", root / "autograder", root / "notebooks"]
     before = fingerprint(protected)
-    # Warm-up first: the zygote's imports and the workers' imports run while this process builds the gradebook.
-    zygote = SharedZygote(work)
-    workers = [Worker(i, work) for i in range(opts.jobs)]
+    executor = executor or LocalExecutor(opts.jobs)
     try:
-        template_db = work / "template" / "gradebook.db"
-        notebooks = generate_gradebook(source, work / "template", sqlite_url(template_db))
-        db_url = opts.db_url or sqlite_url(out / "gradebook.db")
-        generate_gradebook(source, work / "instructor", db_url)
-        subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
-        log(f"grading {len(subs)} student(s) x {len(notebooks)} notebook(s) with {opts.jobs} process(es); "
-            f"gradebook {db_url}")
-        outcomes, tasks = _plan(subs, notebooks)
-        progress = _Progress(subs, tasks, started)
+        executor.start(work)  # warm-up first: its imports run while this process builds the gradebook
+        the_plan = plan(submissions, out, opts, source, work)
+        log(f"grading {len(the_plan.submissions)} student(s) x {len(the_plan.notebooks)} notebook(s) with "
+            f"{opts.jobs} process(es); gradebook {the_plan.db_url}")
+        outcomes = dict(the_plan.decided)
+        progress = _Progress(the_plan, started)
 
-        def on_result(msg: dict, seconds: float) -> None:
-            outcome = _outcome_from(msg, seconds)
+        def on_result(result: Result, seconds: float) -> None:
+            outcome = TaskOutcome.from_result(result, seconds)
             outcomes[(outcome.student, outcome.notebook)] = outcome
             progress.done(outcome)
 
-        if tasks:
-            info = zygote.wait_ready()
-            floor = info.get("vm_mb", 0) + KERNEL_HEADROOM_MB
-            if opts.memory_mb < floor:
-                raise GradingSetupError(
-                    f"--memory-limit {opts.memory_mb} MB is below what a kernel needs to start here: the imports "
-                    f"alone map {info.get('vm_mb')} MB of address space; use at least {floor} MB")
-            log(f"kernels warm after {_fmt(time.monotonic() - started)} (torch, labutils and the data imported "
-                f"once, in {info.get('seconds', 0):.1f} s)")
-            cfg = {
-                "data_dirs": info["data_dirs"], "cache_dir": info["cache_dir"], "zygote_socket": zygote.socket,
-                "template_db": str(template_db), "work_dir": str(work), "cell_timeout": opts.cell_timeout,
-                "notebook_timeout": opts.notebook_timeout, "memory_mb": opts.memory_mb,
-                "threads": opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)),
-            }
-            hard_limit = 2 * opts.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
-            run_pool(tasks, cfg, workers[: len(tasks)], work, hard_limit, on_result)
+        executor.run(the_plan.tasks, the_plan.run, on_result,
+                     log=lambda message: log(f"{message}; {_fmt(time.monotonic() - started)} since the start"))
         problems = []
         if fingerprint(protected) != before:
             problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
                             "a submission may have written outside its folder; check `git status` before trusting "
                             "these grades")
-        report.store_in_gradebook(db_url, [s.student for s in subs], notebooks, outcomes)
-        feedback_dir = out / "feedback"
-        for outcome in outcomes.values():
-            if outcome.feedback and Path(outcome.feedback).exists():
-                target = feedback_dir / outcome.student / f"{outcome.notebook}.html"
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(outcome.feedback, target)
-                outcome.feedback = str(target)
-        for o in outcomes.values():
-            if o.status == "error":
-                problems.append(f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}")
-        result = RunResult(out=out, students=[s.student for s in subs], notebooks=notebooks, outcomes=outcomes,
-                           student_notes={s.student: s.notes for s in subs}, complete=not problems,
-                           problems=problems, seconds=time.monotonic() - started)
-        report.write_all(result, db_url)
-        log(f"done in {_fmt(result.seconds)}: {len(subs)} student(s); grades in {out / 'grades.csv'}"
-            + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
-        return result
+        return collect(the_plan, outcomes, problems, started)
     finally:
-        for w in workers:
-            if w.proc.poll() is None:
-                w.close()
-        zygote.close()
+        executor.close()
         if not opts.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         else:
             log(f"work folder kept: {work}")
 
 
-def _plan(subs: list[Submission], notebooks: list[str]) -> tuple[dict, list[dict]]:
-    outcomes: dict[tuple[str, str], TaskOutcome] = {}
+def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path) -> Plan:
+    """The gradebooks (a template for the tasks, the real one for the results), the submissions, the tasks."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    template_db = work / "template" / "gradebook.db"
+    notebooks = generate_gradebook(source, work / "template", sqlite_url(template_db))
+    db_url = opts.db_url or sqlite_url(out / "gradebook.db")
+    generate_gradebook(source, work / "instructor", db_url)
+    subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
+    decided: dict[tuple[str, str], TaskOutcome] = {}
     tasks = []
     for sub in subs:
         for nb in notebooks:
             if nb in sub.notebooks:
-                tasks.append({"id": f"{sub.student}--{nb}", "student": sub.student, "notebook": nb,
-                              "path": str(sub.notebooks[nb]), "extra_files": sub.extra_files})
+                tasks.append(Task(id=f"{sub.student}--{nb}", student=sub.student, notebook=nb,
+                                  path=str(sub.notebooks[nb]),
+                                  extra_files=[ExtraFile(name=e["name"], path=e["path"]) for e in sub.extra_files]))
             elif nb in sub.unreadable:
-                outcomes[(sub.student, nb)] = TaskOutcome(sub.student, nb, "unreadable",
-                                                          notes=[f"{sub.unreadable[nb]}: scored 0, not run"])
+                decided[(sub.student, nb)] = TaskOutcome(sub.student, nb, "unreadable",
+                                                         notes=[f"{sub.unreadable[nb]}: scored 0, not run"])
             else:
-                outcomes[(sub.student, nb)] = TaskOutcome(sub.student, nb, "missing",
-                                                          notes=[f"{nb}.ipynb was not submitted: scored 0"])
-    return outcomes, tasks
+                decided[(sub.student, nb)] = TaskOutcome(sub.student, nb, "missing",
+                                                         notes=[f"{nb}.ipynb was not submitted: scored 0"])
+    run = RunConfig(template_db=str(template_db), work_dir=str(work), cell_timeout=opts.cell_timeout,
+                    notebook_timeout=opts.notebook_timeout, memory_mb=opts.memory_mb,
+                    threads=opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)))
+    return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run)
 
 
-def _outcome_from(msg: dict, seconds: float) -> TaskOutcome:
-    notes = list(msg.get("notes") or [])
-    if msg.get("status") != "graded":
-        notes.append(f"could not be graded: {msg.get('error')}")
-    return TaskOutcome(student=msg["student"], notebook=msg["notebook"], status=msg.get("status", "error"),
-                       tests=msg.get("tests") or [], notes=notes, seconds=round(seconds, 1),
-                       feedback=msg.get("feedback"), timings=msg.get("timings") or {})
+def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
+            started: float) -> RunResult:
+    """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
+    out = the_plan.out
+    report.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
+    for outcome in outcomes.values():
+        if outcome.feedback and Path(outcome.feedback).exists():
+            target = out / "feedback" / outcome.student / f"{outcome.notebook}.html"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(outcome.feedback, target)
+            outcome.feedback = str(target)
+    problems = list(problems) + [f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}"
+                                 for o in outcomes.values() if o.status == "error"]
+    result = RunResult(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,
+                       student_notes={s.student: s.notes for s in the_plan.submissions}, complete=not problems,
+                       problems=problems, seconds=time.monotonic() - started)
+    report.write_all(result, the_plan.db_url)
+    log(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
+        + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
+    return result
 
 
 class _Progress:
-    def __init__(self, subs: list[Submission], tasks: list[dict], started: float):
+    def __init__(self, the_plan: Plan, started: float):
         self.started = started
-        self.total_tasks = len(tasks)
-        self.left = {s.student: sum(1 for t in tasks if t["student"] == s.student) for s in subs}
-        self.total_students = len(subs)
+        self.total_tasks = len(the_plan.tasks)
+        self.left = {s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students}
+        self.total_students = len(the_plan.submissions)
         self.done_tasks = 0
         self.slowest: tuple[float, str] = (0.0, "")
 

@@ -3,11 +3,12 @@
 nbclient drives these kernels exactly like ordinary ones (ZMQ channels, interrupts, shutdown); only the launch differs.
 The zygote forks an ipykernel that already has torch, labutils and the data loaded, and the fork confines itself
 (:mod:`autograder.sandbox`) to the task's folder before it runs a cell. The task's context (zygote, folders, limits)
-comes from :data:`autograder.execute.CONTEXT`.
+comes from :mod:`autograder.context`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -16,11 +17,8 @@ import uuid
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-
-def _context():
-    from .execute import _context
-
-    return _context()
+from . import context
+from .channel import KernelRequest, KernelStarted
 
 
 class ForkedKernelProcess:
@@ -65,23 +63,22 @@ class ZygoteProvisioner(LocalProvisioner):
     """Launches the kernel by asking the zygote to fork one, confined to the task's folder."""
 
     async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
-        ctx = _context()
+        ctx = context.current()
         argv = cmd[cmd.index("-f"):] if "-f" in cmd else cmd[1:]
         conn_file = argv[argv.index("-f") + 1] if "-f" in argv else None
-        policy = dict(ctx.policy)
-        policy["bind_ports"] = [int(self.connection_info[k]) for k in
-                                ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")]
-        policy["read_files"] = [*policy.get("read_files", []), *([conn_file] if conn_file else [])]
         cwd = str(kwargs.get("cwd") or ctx.task_dir)
-        policy["write_dirs"] = [*policy.get("write_dirs", []), cwd]
-        reply = ctx.zygote.request({
-            "op": "kernel", "argv": argv, "cwd": cwd, "env": ctx.kernel_env, "policy": policy,
-            "log": str(ctx.task_dir / "kernel.log"), "threads": ctx.threads,
-        })
-        if "pid" not in reply:
-            raise RuntimeError(f"the zygote could not start a kernel: {reply}")
-        self.process = ForkedKernelProcess(reply["pid"])
-        self.pid = self.pgid = reply["pid"]
+        policy = dataclasses.replace(
+            ctx.policy,
+            bind_ports=[int(self.connection_info[k]) for k in
+                        ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")],
+            read_files=[*ctx.policy.read_files, *([conn_file] if conn_file else [])],
+            write_dirs=[*ctx.policy.write_dirs, cwd],
+        )
+        request = KernelRequest(argv=argv, cwd=cwd, env=ctx.kernel_env, policy=policy,
+                                log=str(ctx.task_dir / "kernel.log"), threads=ctx.threads)
+        pid = ctx.zygote.request(request, KernelStarted).pid
+        self.process = ForkedKernelProcess(pid)
+        self.pid = self.pgid = pid
         self.cwd = cwd
         return self.connection_info
 

@@ -1,5 +1,6 @@
-"""The grading processes: ``-j`` workers (:mod:`autograder.worker`) fed (student, notebook) tasks longest-first,
-and the one shared zygote they fork their kernels from.
+"""Local grading: ``-j`` worker processes (:mod:`autograder.worker`) fed (student, notebook) tasks longest-first,
+and the one shared zygote they fork their kernels from. :class:`LocalExecutor` is the "run" step of
+:func:`autograder.grade.grade` on this machine.
 
 A worker that dies, or whose task runs past the hard limit, is killed with everything below it and replaced; its
 task is reported as not graded and the others go on.
@@ -7,7 +8,7 @@ task is reported as not graded and the others go on.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import selectors
 import signal
@@ -16,47 +17,56 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import Callable
+
+from . import channel
+from .channel import Result, RunConfig, Task, WorkerReady
+from .zygote_client import SharedZygote
 
 # Rough relative cost of grading each notebook, so the slowest start first (measured; unknown ones count 1).
 NOTEBOOK_COST = {"08_stretch": 4.0, "07_crash_resume": 3.0, "05_amp": 2.5, "00_data_tour": 1.5, "04_accumulation": 1.3,
                  "06_checkpointing": 1.2, "02_scheduler": 1.1, "01_baseline": 1.0, "03_clipping": 1.0}
+KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
+
+OnResult = Callable[[Result, float], None]  # a task's result and the seconds it took, as the parent saw them
+
+
+class GradingSetupError(RuntimeError):
+    """The run cannot grade anyone as configured (a limit too small for torch, no zygote)."""
+
+
+def cost(notebook: str) -> float:
+    return NOTEBOOK_COST.get(notebook, 1.0)
 
 
 class Worker:
     """One ``python -m autograder.worker`` process; started early (its imports overlap the parent's set-up) and given
     the run's configuration when it is known."""
 
-    def __init__(self, index: int, log_dir: Path, cfg: dict | None = None):
+    def __init__(self, index: int, log_dir: Path, run: RunConfig | None = None):
         self.index = index
         self.log = open(log_dir / f"worker-{index}.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, start_new_session=True, cwd=str(log_dir),
         )
+        self.reader = channel.LineReader(self.proc.stdout.fileno())
         self.ready = False
-        if cfg is not None:
-            self.configure(cfg)
-        self.task: dict | None = None
+        if run is not None:
+            self.configure(run)
+        self.task: Task | None = None
         self.started = 0.0
-        self.buffer = b""
 
-    def configure(self, cfg: dict) -> None:
-        self.proc.stdin.write((json.dumps(cfg) + "\n").encode())
-        self.proc.stdin.flush()
+    def configure(self, run: RunConfig) -> None:
+        channel.send(self.proc.stdin, run)
 
-    def send(self, task: dict) -> None:
+    def send(self, task: Task) -> None:
         self.task, self.started = task, time.monotonic()
-        self.proc.stdin.write((json.dumps(task) + "\n").encode())
-        self.proc.stdin.flush()
+        channel.send(self.proc.stdin, task)
 
-    def read_lines(self) -> list[dict] | None:
-        """Complete JSON lines available now; None when the worker has exited."""
-        chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
-        if not chunk:
-            return None
-        self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+    def read(self) -> list | None:
+        """The messages available now; None when the worker has exited."""
+        return self.reader.read()
 
     def kill(self) -> None:
         try:
@@ -75,65 +85,29 @@ class Worker:
         self.kill()
 
 
-def _order(tasks: list[dict]) -> list[dict]:
+def _order(tasks: list[Task]) -> list[Task]:
     """Longest first (LPT): the last task to start should be a short one."""
-    return sorted(tasks, key=lambda t: (-NOTEBOOK_COST.get(t["notebook"], 1.0), t["student"], t["notebook"]))
+    return sorted(tasks, key=lambda t: (-cost(t.notebook), t.student, t.notebook))
 
 
-class SharedZygote:
-    """The run's one warm zygote (:mod:`autograder.zygote`); each worker connects and gets a fork of it."""
-
-    def __init__(self, work: Path):
-        self.socket = str(work / "zygote.sock")
-        self.log = open(work / "zygote.log", "ab")
-        env = dict(os.environ, HOME=str(work / "zygote-home"), MPLCONFIGDIR=str(work / "zygote-home" / "mpl"),
-                   MPLBACKEND="module://matplotlib_inline.backend_inline", LAB_MODE="grade",
-                   MALLOC_ARENA_MAX="2")  # fewer 64 MB malloc arenas per thread: the memory limit measures data
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from autograder.zygote import main; main(['--socket', {self.socket!r}])"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env=env, start_new_session=True,
-        )
-        self.info: dict | None = None
-
-    def wait_ready(self, timeout: float = 600) -> dict:
-        import select
-
-        if self.info is None:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-            line = self.proc.stdout.readline() if ready else b""
-            if not line:
-                raise RuntimeError(f"the zygote did not start (see {self.log.name})")
-            self.info = json.loads(line)
-        return self.info
-
-    def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.proc.wait()
-        self.log.close()
-
-
-def run_pool(tasks: list[dict], cfg: dict, workers: list[Worker], work: Path, hard_limit: float,
-             on_result) -> None:
+def run_pool(tasks: list[Task], run: RunConfig, workers: list[Worker], work: Path, hard_limit: float,
+             on_result: OnResult) -> None:
     pending = deque(_order(tasks))
     sel = selectors.DefaultSelector()
 
     def spawn(i: int) -> Worker:
-        w = Worker(i, work, cfg)
+        w = Worker(i, work, run)
         sel.register(w.proc.stdout, selectors.EVENT_READ, w)
         return w
 
     for w in workers:
-        w.configure(cfg)
+        w.configure(run)
         sel.register(w.proc.stdout, selectors.EVENT_READ, w)
 
-    def retire(w: Worker, reason: str | None) -> None:
+    def retire(w: Worker, reason: str) -> None:
         sel.unregister(w.proc.stdout)
         if w.task is not None:
-            on_result({"id": w.task["id"], "student": w.task["student"], "notebook": w.task["notebook"],
-                       "status": "error", "error": reason, "notes": []}, time.monotonic() - w.started)
+            on_result(Result.failed(w.task, reason), time.monotonic() - w.started)
             w.task = None
         w.kill()
 
@@ -144,15 +118,20 @@ def run_pool(tasks: list[dict], cfg: dict, workers: list[Worker], work: Path, ha
                     w.send(pending.popleft())
             for key, _ in sel.select(timeout=1.0):
                 w = key.data
-                lines = w.read_lines()
-                if lines is None:
+                try:
+                    messages = w.read()
+                except channel.ChannelError as exc:
+                    retire(w, f"the grading process sent something that is not a message ({exc})")
+                    workers[workers.index(w)] = spawn(w.index)
+                    continue
+                if messages is None:
                     retire(w, "the grading process exited unexpectedly (see the worker log)")
                     workers[workers.index(w)] = spawn(w.index)
                     continue
-                for msg in lines:
-                    if msg.get("ready"):
+                for msg in messages:
+                    if isinstance(msg, WorkerReady):
                         w.ready = True
-                    elif w.task is not None:
+                    elif isinstance(msg, Result) and w.task is not None:
                         on_result(msg, time.monotonic() - w.started)
                         w.task = None
             now = time.monotonic()
@@ -167,3 +146,44 @@ def run_pool(tasks: list[dict], cfg: dict, workers: list[Worker], work: Path, ha
             except (KeyError, ValueError):
                 pass
             w.close()
+
+
+class LocalExecutor:
+    """Grades a run's tasks on this machine: ``jobs`` worker processes and one shared zygote.
+
+    The "run" step of :func:`autograder.grade.grade`: :meth:`start` (the zygote's and the workers' imports overlap
+    the parent's set-up), :meth:`run` (every task, each result to ``on_result`` as it comes), :meth:`close`. Another
+    executor (Dask) offers the same three methods.
+    """
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self.zygote: SharedZygote | None = None
+        self.workers: list[Worker] = []
+
+    def start(self, work: Path) -> None:
+        self.work = work
+        self.zygote = SharedZygote(work)
+        self.workers = [Worker(i, work) for i in range(self.jobs)]
+
+    def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
+        if not tasks:
+            return
+        info = self.zygote.wait_ready()
+        floor = info.vm_mb + KERNEL_HEADROOM_MB
+        if run.memory_mb < floor:
+            raise GradingSetupError(
+                f"--memory-limit {run.memory_mb} MB is below what a kernel needs to start here: the imports "
+                f"alone map {info.vm_mb} MB of address space; use at least {floor} MB")
+        log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
+        run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir,
+                                  zygote_socket=self.zygote.socket)
+        hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
+        run_pool(tasks, run, self.workers[: len(tasks)], self.work, hard_limit, on_result)
+
+    def close(self) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.close()
+        if self.zygote is not None:
+            self.zygote.close()

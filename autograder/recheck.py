@@ -10,13 +10,12 @@ cell that needs it runs the hidden check:
 3. right after, the same attributes are compared again: a student function that patched torch or labutils while it
    was being checked fails, with the name of what it changed.
 
-Results are written as JSON lines to a pipe the grader reads; a process that dies or hangs yields no line, which the
-grader counts as a failure.
+Results are :class:`~autograder.channel.CheckLine` messages written to a pipe the zygote reads; a process that dies
+or hangs yields no line, which the grader counts as a failure.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ import time
 from types import FunctionType, ModuleType
 
 from . import hidden
+from .channel import CheckLine, RecheckSpec, decode, encode
 
 GUARDED_PREFIXES = ("torch", "numpy", "labutils", "autograder", "torchvision")
 GUARDED_MODULES = (
@@ -147,23 +147,23 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     """
     snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
     # bound now, before any student code runs: later changes to these classes or modules cannot reach them
-    restore, tampered, run_check, dumps, monotonic = snapshot.restore, snapshot.tampered, hidden.run_check, \
-        json.dumps, time.monotonic
+    restore, tampered, run_check, monotonic = snapshot.restore, snapshot.tampered, hidden.run_check, time.monotonic
+    line_of, verdict = encode, CheckLine
     import labutils.checks as checks_module
 
     checks = sys.modules["labutils.checks"]
     assert checks is checks_module
-    out = os.fdopen(out_fd, "w", buffering=1)
+    out = os.fdopen(out_fd, "wb", buffering=0)
     write = out.write
-    with open(spec_path) as f:
-        spec = json.load(f)
+    with open(spec_path, "rb") as f:
+        spec = decode(f.read(), RecheckSpec)
     shell = make_shell()
     cache: dict = {}  # one check run shared by the tests of one function (a local: no cell can reach it)
     signal.signal(signal.SIGALRM, _on_alarm)
-    cell_timeout = float(spec.get("cell_timeout") or 0)
-    for cell in spec["cells"]:
-        if cell.get("checks"):
-            for call in cell["checks"]:
+    cell_timeout = float(spec.cell_timeout or 0)
+    for cell in spec.cells:
+        if cell.grade_id is not None:
+            for call in cell.checks:
                 call = tuple(call)
                 started = monotonic()
                 restore()
@@ -176,22 +176,15 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
                         "functions that modify torch or labutils are not accepted."
                     )
                 restore()
-                line = {
-                    "grade_id": cell["grade_id"],
-                    "call": list(call),
-                    "passed": passed is True,
-                    "message": str(message),
-                    "seconds": round(monotonic() - started, 3),
-                    "nonce": nonce,
-                }
-                write(dumps(line) + "\n")
-        elif cell.get("run", True):
+                write(line_of(verdict(grade_id=cell.grade_id, call=list(call), passed=passed is True,
+                                      message=str(message), seconds=round(monotonic() - started, 3), nonce=nonce)))
+        elif cell.run:
             if cell_timeout:
                 signal.setitimer(signal.ITIMER_REAL, cell_timeout)
             try:
-                shell.run_cell(cell["source"], store_history=False, silent=False)
+                shell.run_cell(cell.source, store_history=False, silent=False)
             except BaseException as exc:  # run_cell catches user errors; this is for a timeout outside its guard
-                print(f"recheck: cell {cell['index']} stopped: {exc!r}", file=sys.stderr)
+                print(f"recheck: cell {cell.index} stopped: {exc!r}", file=sys.stderr)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
     out.close()

@@ -5,24 +5,26 @@ line runs; nine notebooks per student make that most of the grading time. The zy
 code exists (so every fork starts from pristine, unpatched modules), and each kernel or hidden-test recheck is a
 ``fork()`` of it that confines itself (:mod:`autograder.sandbox`) and then runs the student's code.
 
-Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout. Requests:
-``{"op": "kernel", "argv": [...], "cwd", "env", "policy", "log"}`` -> ``{"pid"}``: an ipykernel in its own session;
-``{"op": "recheck", "spec", "cwd", "env", "policy", "log", "timeout"}`` -> ``{"status", "lines"}``;
-``{"op": "killall"}`` -> ``{"killed"}``: every process below the zygote (it is a subreaper, so escaped daemons too).
+Protocol (:mod:`autograder.channel`): one request per line on stdin, one reply per line on the original stdout:
+:class:`~autograder.channel.KernelRequest` -> ``KernelStarted`` (an ipykernel in its own session),
+:class:`~autograder.channel.RecheckRequest` -> ``RecheckReply``, ``KillAll`` -> ``Killed`` (every process below the
+zygote: it is a subreaper, so escaped daemons too), ``Exit``; anything that fails -> ``Failure``. The client side
+(starting it, the environments it gets) is :mod:`autograder.zygote_client`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 import os
 import select
 import signal
 import sys
 import time
 
-from . import sandbox
+from . import channel, sandbox
+from .channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed, RecheckReply,
+                      RecheckRequest, ZygoteReady)
 
 _PR_SET_CHILD_SUBREAPER = 36
 RESULT_FD = 3  # where a recheck child writes its results
@@ -119,13 +121,13 @@ class ReferenceBlocker:
         return None
 
 
-def _enter_child(req: dict, keep_fd: int | None = None) -> None:
+def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None) -> None:
     """In a freshly forked child: own session, clean fds, the student's cwd and env, then the sandbox."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    log_fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = os.open(req.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
     os.dup2(log_fd, 1)
@@ -136,9 +138,9 @@ def _enter_child(req: dict, keep_fd: int | None = None) -> None:
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
-    os.chdir(req["cwd"])
+    os.chdir(req.cwd)
     os.environ.clear()
-    os.environ.update(req["env"])
+    os.environ.update(req.env)
     os.umask(0o022)
     import random
 
@@ -146,7 +148,7 @@ def _enter_child(req: dict, keep_fd: int | None = None) -> None:
 
     import torch
 
-    torch.set_num_threads(int(req.get("threads") or 1))
+    torch.set_num_threads(int(req.threads or 1))
     random.seed()  # a fresh process would have fresh Python and NumPy seeds; torch's default seed is fixed anyway
     np.random.seed()
     import importlib
@@ -157,21 +159,21 @@ def _enter_child(req: dict, keep_fd: int | None = None) -> None:
         del sys.modules[name]
     sys.meta_path.insert(0, ReferenceBlocker())
     importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
-    sandbox.confine(sandbox.Policy(**req["policy"]))
+    sandbox.confine(req.policy)
 
 
-def _fork_kernel(req: dict) -> int:
+def _fork_kernel(req: KernelRequest) -> int:
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
         _enter_child(req)
-        sys.argv = ["ipykernel_launcher", *req["argv"]]
+        sys.argv = ["ipykernel_launcher", *req.argv]
         from ipykernel.kernelapp import IPKernelApp
 
         app = IPKernelApp.instance()
-        app.initialize(req["argv"])
+        app.initialize(req.argv)
         app.start()
         code = 0
     except BaseException:
@@ -182,7 +184,7 @@ def _fork_kernel(req: dict) -> int:
         os._exit(code)
 
 
-def _run_recheck(req: dict) -> dict:
+def _run_recheck(req: RecheckRequest) -> RecheckReply:
     rfd, wfd = os.pipe()
     nonce = os.urandom(16).hex()  # lives only in memory: only the recheck code's own lines carry it
     pid = os.fork()
@@ -193,7 +195,7 @@ def _run_recheck(req: dict) -> dict:
             _enter_child(req, keep_fd=wfd)
             from .recheck import run
 
-            run(req["spec"], RESULT_FD, nonce)
+            run(req.spec, RESULT_FD, nonce)
             code = 0
         except BaseException:
             import traceback
@@ -202,7 +204,7 @@ def _run_recheck(req: dict) -> dict:
         finally:
             os._exit(code)
     os.close(wfd)
-    deadline = time.monotonic() + req["timeout"]
+    deadline = time.monotonic() + req.timeout
     chunks, status = [], "timeout"
     while True:
         left = deadline - time.monotonic()
@@ -219,14 +221,15 @@ def _run_recheck(req: dict) -> dict:
     os.close(rfd)
     _kill_session(pid)
     lines = []
-    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+    for line in b"".join(chunks).splitlines():
         try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict) and item.pop("nonce", None) == nonce:
-            lines.append(json.dumps(item))
-    return {"status": status, "pid": pid, "lines": lines}
+            item = channel.decode(line, CheckLine)
+        except channel.ChannelError:
+            continue  # not the recheck's own line: the notebook printed it
+        if item.nonce == nonce:
+            item.nonce = ""
+            lines.append(item)
+    return RecheckReply(status=status, pid=pid, lines=lines)
 
 
 def _kill_session(pid: int) -> None:
@@ -238,25 +241,23 @@ def _kill_session(pid: int) -> None:
 
 
 def serve(requests, replies) -> None:
-    """Answer requests until the channel closes or says exit."""
+    """Answer requests (binary streams) until the channel closes or says exit."""
     for line in requests:
-        req = json.loads(line)
-        op = req.get("op")
         try:
-            if op == "kernel":
-                reply = {"pid": _fork_kernel(req)}
-            elif op == "recheck":
-                reply = _run_recheck(req)
-            elif op == "killall":
-                reply = {"killed": sandbox.kill_descendants(os.getpid())}
-            elif op == "exit":
+            req = channel.decode(line)
+            if isinstance(req, Exit):
                 break
+            if isinstance(req, KernelRequest):
+                reply = KernelStarted(pid=_fork_kernel(req))
+            elif isinstance(req, RecheckRequest):
+                reply = _run_recheck(req)
+            elif isinstance(req, KillAll):
+                reply = Killed(killed=sandbox.kill_descendants(os.getpid()))
             else:
-                reply = {"error": f"unknown op {op!r}"}
+                reply = Failure(error=f"the zygote does not handle {type(req).__name__}")
         except Exception as exc:
-            reply = {"error": repr(exc)}
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+            reply = Failure(error=repr(exc))
+        channel.send(replies, reply)
     sandbox.kill_descendants(os.getpid())
 
 
@@ -281,20 +282,20 @@ def main(argv: list[str] | None = None) -> None:
     """``main()``: serve stdin/stdout. ``main(["--socket", PATH])``: the shared zygote; every connection to PATH gets
     its own forked zygote (so -j workers share one warm-up), which forks that worker's kernels."""
     argv = sys.argv[1:] if argv is None else argv
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by accident goes to the log, never into the reply channel
     sys.stdout = sys.stderr
-    requests = os.fdopen(os.dup(0), "r")
+    requests = os.fdopen(os.dup(0), "rb")
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
     started = time.monotonic()
     loaded = preload()
-    ready = {"ready": True, "preloaded": loaded, "seconds": round(time.monotonic() - started, 2),
-             "vm_mb": _vm_size_mb(), **_data_locations()}
+    ready = ZygoteReady(preloaded=loaded, seconds=round(time.monotonic() - started, 2), vm_mb=_vm_size_mb(),
+                        **_data_locations())
     if "--socket" not in argv:
         ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here
-        replies.write(json.dumps(ready) + "\n")
+        channel.send(replies, ready)
         serve(requests, replies)
         return
     import socket
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(16)
-    replies.write(json.dumps(ready) + "\n")
+    channel.send(replies, ready)
     while True:
         conn, _ = listener.accept()
         if os.fork() == 0:
@@ -312,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 listener.close()
                 ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-                serve(conn.makefile("r"), conn.makefile("w"))
+                serve(conn.makefile("rb"), conn.makefile("wb"))
             except BaseException:
                 code = 1
             finally:

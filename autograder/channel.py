@@ -1,0 +1,302 @@
+"""Every message that crosses a process boundary in grading, and the one way they travel: one JSON line each.
+
+The hops: grade -> pool -> worker (:class:`RunConfig` once, then :class:`Task`; back :class:`WorkerReady`, then one
+:class:`Result` per task), worker -> zygote (:class:`KernelRequest`, :class:`RecheckRequest`, :class:`KillAll`,
+:class:`Exit`; back :class:`KernelStarted`, :class:`RecheckReply`, :class:`Killed`, :class:`Failure`; first
+:class:`ZygoteReady`), worker -> recheck child (:class:`RecheckSpec`, in a file), recheck child -> zygote
+(:class:`CheckLine`, one per hidden test).
+
+A message is a dataclass; :func:`encode` turns it into a line at the boundary and :func:`decode` back into the same
+dataclass right after (nested dataclasses included), so no hop reads or writes dict keys. An executor other than
+the local pool (Dask) moves the same :class:`Task` and :class:`Result` objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+
+from .sandbox import Policy
+
+# --- grade -> pool -> worker -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ExtraFile:
+    """A data file a student handed in beside the notebooks, copied next to the notebook when it runs."""
+
+    name: str  # path relative to the student's folder
+    path: str  # absolute path to read it from
+
+
+@dataclass
+class Task:
+    """Grade one student's notebook."""
+
+    id: str  # "<student>--<notebook>": unique in a run, names the task's scratch folder
+    student: str
+    notebook: str  # notebook id, e.g. "01_baseline"
+    path: str  # the submitted .ipynb
+    extra_files: list[ExtraFile] = field(default_factory=list)
+
+
+@dataclass
+class RunConfig:
+    """What every task of a run shares; a worker gets it once, before its first task."""
+
+    template_db: str  # the instructor's gradebook, copied into each task's course folder
+    work_dir: str  # scratch space for the tasks' folders
+    cell_timeout: int
+    notebook_timeout: int
+    memory_mb: int
+    threads: int  # torch threads per kernel
+    data_dirs: list[str] = field(default_factory=list)  # readable by student code: FashionMNIST and its cache
+    cache_dir: str = ""
+    zygote_socket: str | None = None  # the run's shared zygote; None: each worker starts a private one
+
+
+@dataclass
+class CellScore:
+    """One graded cell of a notebook after autograding."""
+
+    name: str  # grade_id
+    kind: str  # auto | manual (a written answer, graded by hand)
+    points: float
+    max_points: float
+    passed: bool
+    auto_score: float | None
+    needs_manual_grade: bool
+    message: str = ""  # what a student reads when it failed
+
+
+@dataclass
+class RecheckOutcome:
+    """One hidden test as the recheck outside the kernel decided it."""
+
+    grade_id: str
+    call: list[str]
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class Result:
+    """One graded (student, notebook): scores, notes, timings; ``status`` graded | error."""
+
+    id: str
+    student: str
+    notebook: str
+    status: str = "graded"
+    tests: list[CellScore] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why it could not be graded
+    traceback: str | None = None
+    feedback: str | None = None  # the HTML feedback file, where the task ran
+    autograded: str | None = None  # the autograded notebook, where the task ran
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: kernel_s, recheck_s, autograde_s, ...
+    rechecks: list[RecheckOutcome] = field(default_factory=list)
+
+    @classmethod
+    def failed(cls, task: Task, error: str, traceback: str | None = None) -> Result:
+        return cls(id=task.id, student=task.student, notebook=task.notebook, status="error", error=error,
+                   traceback=traceback)
+
+
+@dataclass
+class WorkerReady:
+    zygote_s: float  # how long the worker waited for its zygote
+
+
+# --- worker -> zygote --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ZygoteReady:
+    preloaded: list[str]
+    seconds: float  # the imports and the data, once
+    vm_mb: int  # address space after the imports: every kernel starts at least this big
+    data_dirs: list[str]
+    cache_dir: str
+
+
+@dataclass
+class KernelRequest:
+    """Fork an ipykernel in its own session, confined by ``policy``."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    policy: Policy
+    log: str
+    threads: int = 1
+
+
+@dataclass
+class KernelStarted:
+    pid: int
+
+
+@dataclass
+class RecheckRequest:
+    """Fork a recheck (:mod:`autograder.recheck`) of the cells in the spec file, confined by ``policy``."""
+
+    spec: str
+    cwd: str
+    env: dict[str, str]
+    policy: Policy
+    log: str
+    timeout: float
+    threads: int = 1
+
+
+@dataclass
+class RecheckCell:
+    """A code cell to run again (``source``), or a test cell whose hidden checks run in its place (``grade_id``)."""
+
+    index: int
+    source: str = ""
+    run: bool = True  # False: it timed out or never ran in the kernel, so it is not run here either
+    grade_id: str | None = None
+    checks: list[list[str]] = field(default_factory=list)  # the literal arguments of each verify(...) call
+
+
+@dataclass
+class RecheckSpec:
+    """The recheck's input, written to a file its sandbox may read."""
+
+    cells: list[RecheckCell]
+    cell_timeout: float
+
+
+@dataclass
+class CheckLine:
+    """One hidden test's verdict, written by the recheck child; believed only with the zygote's nonce."""
+
+    grade_id: str
+    call: list[str]
+    passed: bool
+    message: str
+    seconds: float
+    nonce: str = ""
+
+
+@dataclass
+class RecheckReply:
+    status: str  # exited | timeout
+    pid: int
+    lines: list[CheckLine] = field(default_factory=list)  # the nonce checked and cleared
+
+
+@dataclass
+class KillAll:
+    """Kill every process below the zygote (it is a subreaper: escaped daemons too)."""
+
+
+@dataclass
+class Killed:
+    killed: int
+
+
+@dataclass
+class Exit:
+    pass
+
+
+@dataclass
+class Failure:
+    error: str
+
+
+MESSAGES = {cls.__name__: cls for cls in (
+    ExtraFile, Task, RunConfig, CellScore, RecheckOutcome, Result, WorkerReady, ZygoteReady, KernelRequest,
+    KernelStarted, RecheckRequest, RecheckCell, RecheckSpec, CheckLine, RecheckReply, KillAll, Killed, Exit, Failure, Policy)}
+
+
+class ChannelError(ValueError):
+    """A line that is not a message of this channel."""
+
+
+# --- the boundary ------------------------------------------------------------------------------------------------------
+
+
+def encode(message) -> bytes:
+    """One message as one JSON line."""
+    if type(message).__name__ not in MESSAGES:
+        raise TypeError(f"{type(message).__name__} is not a channel message")
+    return (json.dumps({"type": type(message).__name__, "body": dataclasses.asdict(message)}) + "\n").encode()
+
+
+def decode(line: bytes | str, expect: type | tuple[type, ...] | None = None):
+    """The message a line of :func:`encode` carries; :class:`ChannelError` when it is anything else (or not one of
+    ``expect``)."""
+    try:
+        raw = json.loads(line)
+        cls = MESSAGES[raw["type"]]
+        message = _build(cls, raw["body"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ChannelError(f"not a channel message: {str(line)[:200]!r} ({type(exc).__name__}: {exc})") from None
+    if expect is not None and not isinstance(message, expect):
+        raise ChannelError(f"expected {expect}, got {type(message).__name__}")
+    return message
+
+
+def _build(cls, data):
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__} needs an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+    return cls(**{name: _convert(hints[name], value) for name, value in data.items()})
+
+
+def _convert(hint, value):
+    """``value`` (decoded JSON) as ``hint`` says: dataclasses rebuilt, lists and optionals looked through."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(inner[0], value) if len(inner) == 1 else value
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        return [_convert(inner, v) for v in value]
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    return value
+
+
+def send(stream, message) -> None:
+    """Write one message to a binary file-like ``stream`` and flush it."""
+    stream.write(encode(message))
+    stream.flush()
+
+
+def receive(stream, expect=None):
+    """The next message on a binary file-like ``stream``; EOFError when it is closed."""
+    line = stream.readline()
+    if not line:
+        raise EOFError("the channel closed")
+    return decode(line, expect)
+
+
+class LineReader:
+    """Messages from a pipe read without blocking (the pool watches several at once)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buffer = b""
+
+    def read(self) -> list | None:
+        """The complete messages available now; None when the other end has closed."""
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [decode(line) for line in lines if line.strip()]

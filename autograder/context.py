@@ -1,0 +1,50 @@
+"""The notebook being graded, as the nbgrader plug-ins see it: set by :func:`autograder.task.grade_task` around one
+notebook, read by the executor (:mod:`autograder.execute`) and the kernel launcher (:mod:`autograder.kernels`).
+
+nbgrader builds those plug-ins itself from class names, so they cannot be handed the task: they read it here.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .channel import RecheckOutcome
+from .sandbox import Policy
+
+
+@dataclass
+class TaskContext:
+    """Everything the plug-ins need to know about the notebook being graded."""
+
+    zygote: object  # autograder.zygote_client.Zygote
+    task_dir: Path
+    kernel_env: dict
+    policy: Policy  # shared by the kernel and the recheck; each adds its own folders
+    threads: int = 1
+    notebook_timeout: int = 300
+    notes: list[str] = field(default_factory=list)  # for the student's JSON
+    timings: dict[str, float] = field(default_factory=dict)
+    rechecks: list[RecheckOutcome] = field(default_factory=list)
+    fatal: str | None = None  # why the grader itself could not grade this notebook
+
+
+_CURRENT: TaskContext | None = None
+
+
+def current() -> TaskContext:
+    if _CURRENT is None:
+        raise RuntimeError("no task is being graded: these plug-ins run inside autograder.task.grade_task")
+    return _CURRENT
+
+
+@contextmanager
+def grading(ctx: TaskContext):
+    """``ctx`` is the task being graded inside the ``with``."""
+    global _CURRENT
+    _CURRENT = ctx
+    try:
+        yield ctx
+    finally:
+        _CURRENT = None

@@ -1,0 +1,185 @@
+"""Grade one (student, notebook): :func:`grade_task` turns a :class:`~autograder.channel.Task` into a
+:class:`~autograder.channel.Result`, whatever runs it (a local worker process, a Dask worker).
+
+Each task gets its own course folder with a copy of the instructor's gradebook (so tasks never share a SQLite file
+and a student's notebook never sees the real gradebook), runs nbgrader's Autograde with the plug-ins of
+:mod:`autograder.execute` (kernels forked from ``zygote``, sandboxed), reads the scores back, writes the HTML
+feedback, and kills whatever the student's code left running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import shutil
+import time
+import traceback
+from pathlib import Path
+
+from . import context, execute
+from .channel import CellScore, Result, RunConfig, Task
+from .course import ASSIGNMENT, nbgrader_config, run_converter, sqlite_url
+from .zygote_client import Zygote, ZygoteError, base_policy, kernel_env
+
+
+def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
+    """Autograde one student's notebook; its scores, messages, notes and timings. Never raises for a problem of the
+    submission; a problem of the grader is a Result with status "error" and the reason."""
+    started = time.monotonic()
+    task_dir = Path(run.work_dir) / "tasks" / task.id
+    course = _course_folder(task, run, task_dir)
+    home, tmp = task_dir / "home", task_dir / "tmp"
+    policy = base_policy(run)
+    policy = dataclasses.replace(policy, write_dirs=[*policy.write_dirs, str(home), str(tmp)])
+    ctx = context.TaskContext(zygote=zygote, task_dir=task_dir, kernel_env=kernel_env(home, tmp, run), policy=policy,
+                              threads=run.threads, notebook_timeout=run.notebook_timeout)
+    result = Result(id=task.id, student=task.student, notebook=task.notebook, notes=ctx.notes)
+    errors = _ErrorLog()
+    logging.getLogger().addHandler(errors)
+    try:
+        with context.grading(ctx):
+            t0 = time.monotonic()
+            _autograde(course, task.student, run)
+            ctx.timings["autograde_s"] = round(time.monotonic() - t0, 2)
+        result.tests = read_scores(course, task.student, task.notebook)
+        result.autograded = str(course / "autograded" / task.student / ASSIGNMENT / f"{task.notebook}.ipynb")
+        result.feedback = _feedback_or_note(course, task, ctx)
+    except Exception as exc:
+        detail = errors.messages[-1] if errors.messages else ""
+        result.status = "error"
+        result.error = ctx.fatal or (f"{type(exc).__name__}: {exc}" + (f" ({detail.splitlines()[-1]})" if detail else ""))
+        result.traceback = traceback.format_exc() + "\n".join(errors.messages[-5:])
+    finally:
+        logging.getLogger().removeHandler(errors)
+        try:
+            killed = zygote.killall()
+            if killed:
+                result.notes.append(f"{killed} process(es) left running by the notebook were stopped")
+        except ZygoteError as exc:
+            result.notes.append(f"grader: {exc}")
+    result.timings = dict(ctx.timings, total_s=round(time.monotonic() - started, 2))
+    result.rechecks = ctx.rechecks
+    return result
+
+
+def _course_folder(task: Task, run: RunConfig, task_dir: Path) -> Path:
+    """A private nbgrader course: the submission (and its data files), the template gradebook, HOME and TMPDIR."""
+    shutil.rmtree(task_dir, ignore_errors=True)
+    course = task_dir / "course"
+    submitted = course / "submitted" / task.student / ASSIGNMENT
+    submitted.mkdir(parents=True)
+    (course / "source" / ASSIGNMENT).mkdir(parents=True)
+    shutil.copyfile(task.path, submitted / f"{task.notebook}.ipynb")
+    for extra in task.extra_files:
+        target = submitted / extra.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(extra.path, target)
+    shutil.copyfile(run.template_db, course / "gradebook.db")
+    (task_dir / "home").mkdir()
+    (task_dir / "tmp").mkdir()
+    return course
+
+
+class _ErrorLog(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _autograde(course: Path, student: str, run: RunConfig) -> None:
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
+                                        IgnorePattern, LimitOutput, OverwriteKernelspec, SaveAutoGrades)
+
+    c = nbgrader_config(course, student=student)
+    c.Autograde.sanitize_preprocessors = [
+        execute.NormalizeMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec, execute.RestoreCells,
+        CheckCellMetadata,
+    ]
+    c.Autograde.autograde_preprocessors = [
+        execute.SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+        AssignLatePenalties, CheckCellMetadata,
+    ]
+    c.SandboxedExecute.timeout = run.cell_timeout
+    c.SandboxedExecute.notebook_timeout = run.notebook_timeout
+    c.SandboxedExecute.startup_timeout = 120
+    run_converter(Autograde, c)
+
+
+def _feedback_or_note(course: Path, task: Task, ctx: context.TaskContext) -> str | None:
+    """The HTML feedback's path; feedback is a courtesy: the grade stands without it (a note says why)."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.preprocessors import GetGrades
+
+    try:
+        t0 = time.monotonic()
+        c = nbgrader_config(course, student=task.student)
+        c.GenerateFeedback.preprocessors = [execute.ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+        run_converter(GenerateFeedback, c)
+        ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
+    except Exception as exc:
+        ctx.notes.append(f"feedback could not be written: {type(exc).__name__}: {exc}")
+        return None
+    html = course / "feedback" / task.student / ASSIGNMENT / f"{task.notebook}.html"
+    return str(html) if html.exists() else None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failure_message(outputs: list) -> str:
+    """A test cell's errors as a student should read them: the check's message, or the failing line if it has none."""
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    if any(o.get("ename") == "CellTimeoutError" for o in errors):
+        errors = [o for o in errors if o.get("ename") != "KeyboardInterrupt"]  # the interrupt is how it stopped
+    parts = []
+    for o in errors:
+        text = str(o.get("evalue") or "").strip()
+        if not text:
+            lines = [_ANSI.sub("", l) for l in o.get("traceback", [])]
+            failing = [l for chunk in lines for l in chunk.splitlines() if l.lstrip().startswith("---->")]
+            line = re.sub(r"^\s*\d+\s*", "", failing[-1].split("---->", 1)[1]) if failing else ""
+            text = f"failed at: {line.strip()}" if line.strip() else "(no message)"
+        parts.append(f"{o.get('ename')}: {text}")
+    return "\n".join(parts)
+
+
+def read_scores(course: Path, student: str, notebook: str) -> list[CellScore]:
+    """Every graded cell of the notebook in cell order, with its score and (from the outputs) its message."""
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    autograded = course / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
+    messages: dict[str, str] = {}
+    if autograded.exists():
+        nb = nbformat.read(autograded, as_version=4)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id and cell.cell_type == "code":
+                messages[grade_id] = failure_message(cell.get("outputs", []))
+    with Gradebook(sqlite_url(course / "gradebook.db")) as gb:
+        source_nb = gb.find_notebook(notebook, ASSIGNMENT)
+        order = [c.name for c in source_nb.source_cells]
+        written = {c.name for c in source_nb.solution_cells}  # graded and answered by the student: graded by hand
+        submission = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+        tests = []
+        for grade in submission.grades:
+            points = float(grade.score or 0.0)
+            tests.append(CellScore(
+                name=grade.name,
+                kind="manual" if grade.name in written else "auto",
+                points=points,
+                max_points=float(grade.max_score),
+                passed=points >= float(grade.max_score) and not grade.needs_manual_grade,
+                auto_score=grade.auto_score,
+                needs_manual_grade=bool(grade.needs_manual_grade),
+                message=messages.get(grade.name, ""),
+            ))
+    tests.sort(key=lambda t: order.index(t.name) if t.name in order else len(order))
+    return tests

@@ -19,17 +19,21 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions" / "loop_lab"
 CELL_TIMEOUT_S = 600
+# CurveZMQ keys for each kernel: its connection is encrypted, and it no longer prints "Kernel is running over TCP
+# without encryption" into make lab's output at every notebook (the handout sets the same for JupyterLab).
+ENCRYPTED_KERNELS = Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
 def execute_notebook(path: Path, out_dir: Path, mode: str) -> float:
     """Run one notebook (stopping at the first failing cell); save the executed copy; return its wall time."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(path.parent)}}, config=ENCRYPTED_KERNELS)
     started = time.perf_counter()
     try:
         client.execute(env={**os.environ, "LAB_MODE": mode, "LAB_ARTIFACTS": str(out_dir.resolve())})

@@ -46,10 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--student", help="student id when SUBMISSIONS is a single .ipynb (default: its folder's name)")
     g.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
     g.add_argument("--keep-work", action="store_true", help="keep the scratch folder (kernel logs) for debugging")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster: its scheduler, e.g. "
+                   "tcp://HOST:8786 (workers started with --nthreads 1; -j is then unused). Default: this machine")
 
     h = sub.add_parser("handout", help="zip what students receive: notebooks/, labutils without the reference loop")
     h.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. dist/loop_lab.zip")
     return parser
+
+
+def _executor(args):
+    """Where ``grade`` runs its tasks: a Dask cluster with ``--scheduler``, else (None) local processes."""
+    if not args.scheduler:
+        return None
+    from .distributed import DaskExecutor
+
+    return DaskExecutor(args.scheduler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options = GradeOptions(jobs=args.jobs, db_url=args.db_url, cell_timeout=args.timeout_cell,
                            notebook_timeout=args.timeout_notebook, memory_mb=args.memory_limit,
-                           student=args.student, source=args.source, keep_work=args.keep_work)
+                           student=args.student, source=args.source, keep_work=args.keep_work,
+                           threads=1 if args.scheduler else None)  # one torch thread per Dask worker process
     try:
-        result = grade(args.submissions, args.out, options, root=args.root)
+        result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
     except (SubmissionsError, FileNotFoundError, GradingSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,353 @@
+"""Grading on a Dask cluster: ``python -m autograder grade SUBMISSIONS --out DIR --scheduler tcp://HOST:8786``.
+
+The client (this process) does what a local run does, except that the (student, notebook) tasks go to Dask workers
+instead of ``-j`` local processes; it alone writes the gradebook, the feedback and the reports.
+
+- What travels with a task (:class:`RemoteTask`): the submission notebook's bytes and its extra files, never a path on
+  the client, so a worker may be another machine.
+- What travels once per worker (:class:`GraderPlugin`): the gradebook template (the instructor's generated assignment:
+  test cells, points, locked sources). It is the same for every task, so it goes with the plug-in, which Dask sends to
+  every worker, including one that joins or restarts mid-run; a task carries only its hash, and a worker holding
+  another template refuses the task. Shipping it per task would send ~N_tasks copies of the same file.
+- The plug-in keeps one warm sandboxed zygote per worker (:mod:`autograder.zygote`: torch, labutils and the data
+  imported once), so a task pays no torch import. Tasks on one worker take turns (the grading context is
+  per-process): start workers with ``--nthreads 1`` and as many ``--nworkers`` as cores.
+- Same code everywhere: a worker whose labutils/autograder differ from the client's (a hash of their ``.py`` files)
+  is refused, before the run and again for every task.
+- A worker that dies mid-task (killed, out of memory) has its task re-run on another worker by Dask (the scheduler's
+  ``distributed.scheduler.allowed-failures``, default 3); a task that raises is retried :data:`RETRIES` times. A task
+  that fails every try scores zero for that student's notebook with the reason; the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from distributed import WorkerPlugin
+
+from .channel import ExtraFile, Result, RunConfig, Task
+from .course import prepare_tools
+from .handout import REPO_ROOT
+from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, cost
+
+RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
+STALL_S = 600  # no worker able to grade for this long (all refused or gone): the tasks left are not graded
+PLUGIN_PREFIX = "looplab-grader-"
+CODE_DIRS = ("labutils", "autograder")  # what must be the same version on every worker
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerRefused(GradingSetupError):
+    """A worker cannot grade this run's tasks (other code, another run's template, too small a memory limit)."""
+
+
+@dataclass
+class RemoteTask:
+    """One (student, notebook) task as it travels to a worker: the channel's :class:`Task` (its paths are the
+    client's, used only for names) with the bytes themselves."""
+
+    task: Task
+    notebook_bytes: bytes
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # relative name -> content
+    template_sha: str = ""  # the gradebook template this task must be graded against
+    code_version: str = ""
+
+
+@dataclass
+class RemoteResult:
+    """A worker's :class:`Result`, with the feedback page's bytes (its ``feedback`` path is the worker's)."""
+
+    result: Result
+    feedback_html: bytes | None
+    worker: str
+
+
+# --- the same code on both sides -----------------------------------------------------------------------------------
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def code_version(root: Path = REPO_ROOT) -> str:
+    """A hash of every ``.py`` file of labutils/ and autograder/ (relative path and content); cached per process."""
+    key = str(root)
+    if key not in _VERSIONS:
+        h = hashlib.sha256()
+        for name in CODE_DIRS:
+            for path in sorted((root / name).rglob("*.py")):
+                if "__pycache__" not in path.parts:
+                    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _VERSIONS[key] = h.hexdigest()[:16]
+    return _VERSIONS[key]
+
+
+def mismatched_workers(versions: dict, mine: str) -> list[str]:
+    """One line per worker whose code version (or the error it got asking) is not ``mine``."""
+    return [f"{addr} runs labutils/autograder version {v}, this client {mine}" if isinstance(v, str) else
+            f"{addr} could not say its labutils/autograder version ({type(v).__name__}: {v}); this client has {mine}"
+            for addr, v in sorted(versions.items()) if v != mine]
+
+
+# --- the worker side ---------------------------------------------------------------------------------------------------
+
+
+class GraderPlugin(WorkerPlugin):
+    """Installed on every Dask worker for one run: the template gradebook on disk and one warm zygote."""
+
+    idempotent = False  # registered again (same template): replaced, zygote and all
+
+    def __init__(self, template: bytes, code_version: str, run: RunConfig):
+        self.template = template
+        self.template_sha = hashlib.sha256(template).hexdigest()[:16]
+        self.code_version = code_version
+        self.run = run  # the limits; paths and data folders are filled in on the worker
+        # also the worker resource (one slot) that a worker holds once it is ready: tasks ask for it, so a refused
+        # worker, or one still warming up, is never given a task
+        self.name = PLUGIN_PREFIX + hashlib.sha256(f"{self.template_sha} {code_version}".encode()).hexdigest()[:16]
+
+    async def setup(self, worker) -> None:
+        self.address = worker.address
+        self.lock = threading.Lock()  # one task at a time: the grading context (autograder.execute) is per process
+        self.zygote = self.work = None
+        self.refused = None
+        mine = code_version()
+        if mine != self.code_version:
+            self.refused = (f"Dask worker {worker.address} refused: its labutils/autograder (version {mine}) differ "
+                            f"from the client's ({self.code_version}); check out the client's commit there and "
+                            "restart the worker")
+            logger.error(self.refused)
+            return
+        self.work = Path(worker.local_directory) / self.name
+        shutil.rmtree(self.work, ignore_errors=True)
+        (self.work / "template").mkdir(parents=True)
+        (self.work / "template" / "gradebook.db").write_bytes(self.template)
+        self.run = replace(self.run, template_db=str(self.work / "template" / "gradebook.db"), work_dir=str(self.work),
+                           zygote_socket=None)
+        # the zygote's imports take seconds: off the event loop, so the worker keeps answering the scheduler
+        await asyncio.get_running_loop().run_in_executor(None, self._warm)
+        await worker.set_resources(**{self.name: 1})  # ready: the scheduler may send tasks now
+
+    def _warm(self) -> None:
+        with self.lock:
+            if self.zygote is None:
+                self._start_zygote()
+        floor = self.zygote.ready.vm_mb + KERNEL_HEADROOM_MB
+        if self.run.memory_mb < floor:
+            self.refused = (f"--memory-limit {self.run.memory_mb} MB is below what a kernel needs to start on Dask "
+                            f"worker {self.address}: the imports alone map {self.zygote.ready.vm_mb} MB of address "
+                            f"space; use at least {floor} MB")
+            raise WorkerRefused(self.refused)
+
+    def _start_zygote(self) -> None:
+        import warnings
+
+        from sqlalchemy.exc import SAWarning
+
+        from .zygote_client import private_zygote
+
+        warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use: noisy, not wrong
+        prepare_tools()
+        os.environ["JUPYTER_RUNTIME_DIR"] = str(self.work / "runtime")  # the kernels' connection files
+        self.zygote = private_zygote(self.work)
+        self.run = replace(self.run, data_dirs=self.zygote.ready.data_dirs, cache_dir=self.zygote.ready.cache_dir)
+
+    async def teardown(self, worker) -> None:
+        if self.zygote is not None and self.refused is None:
+            try:
+                await worker.set_resources(**{self.name: 0})
+            except Exception:  # the scheduler is gone: nothing to tell
+                pass
+        if self.zygote is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.zygote.close)  # kernels and all
+        if self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def grade(self, remote: RemoteTask) -> RemoteResult:
+        if self.refused:
+            raise WorkerRefused(self.refused)
+        if remote.template_sha != self.template_sha or remote.code_version != self.code_version:
+            raise WorkerRefused(f"Dask worker {self.address} holds another run's gradebook template or code")
+        with self.lock:
+            if self.zygote is None or not self.zygote.alive():
+                if self.zygote is not None:
+                    self.zygote.close()
+                self._start_zygote()
+            inbox = self.work / "inbox" / remote.task.id
+            shutil.rmtree(inbox, ignore_errors=True)
+            try:
+                task = _unpack(remote, inbox)
+                result = _grade(task, self.run, self.zygote)
+                page = Path(result.feedback) if result.feedback else None
+                feedback = page.read_bytes() if page and page.exists() else None
+            finally:
+                shutil.rmtree(inbox, ignore_errors=True)
+                shutil.rmtree(self.work / "tasks" / remote.task.id, ignore_errors=True)
+        # paths on this worker mean nothing to the client
+        return RemoteResult(replace(result, feedback=None, autograded=None), feedback, self.address)
+
+
+def _unpack(remote: RemoteTask, inbox: Path) -> Task:
+    """The task with its files written under ``inbox`` on this worker."""
+    path = inbox / f"{remote.task.notebook}.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(remote.notebook_bytes)
+    extras = []
+    for name, data in remote.extra_files.items():
+        target = inbox / "extra" / name
+        if not target.resolve().is_relative_to((inbox / "extra").resolve()):
+            raise WorkerRefused(f"extra file name {name!r} leaves the task's folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        extras.append(ExtraFile(name=name, path=str(target)))
+    return replace(remote.task, path=str(path), extra_files=extras)
+
+
+def _grade(task: Task, run: RunConfig, zygote) -> Result:
+    from .task import grade_task
+
+    return grade_task(task, run, zygote)
+
+
+def grade_remote(remote: RemoteTask, plugin_name: str) -> RemoteResult:
+    """The Dask task: grade ``remote`` with this worker's plug-in."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    plugin = worker.plugins.get(plugin_name)
+    if plugin is None:
+        raise WorkerRefused(f"Dask worker {worker.address} has no Loop Lab grader plug-in {plugin_name}")
+    return plugin.grade(remote)
+
+
+# --- the client side ---------------------------------------------------------------------------------------------------
+
+
+def pack(task: Task, template_sha: str, version: str) -> RemoteTask:
+    """A task of this machine (paths) as a :class:`RemoteTask` (the bytes themselves)."""
+    return RemoteTask(task=task, notebook_bytes=Path(task.path).read_bytes(),
+                      extra_files={e.name: Path(e.path).read_bytes() for e in task.extra_files},
+                      template_sha=template_sha, code_version=version)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a task failed every try, as the student's notes say it."""
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(exc, KilledWorker):
+        return (f"the Dask workers grading it died {exc.allowed_failures + 1} times (the last one was "
+                f"{exc.last_worker.address}); not graded")
+    return f"{type(exc).__name__}: {exc} (failed {RETRIES + 1} tries on the Dask cluster)"
+
+
+class DaskExecutor:
+    """Grades a run's tasks on the Dask cluster at ``scheduler``: the "run" step of :func:`autograder.grade.grade`,
+    with the same three methods as :class:`autograder.pool.LocalExecutor`."""
+
+    def __init__(self, scheduler: str, connect_timeout: float = 60):
+        self.scheduler = scheduler
+        self.connect_timeout = connect_timeout
+        self.client = None
+
+    def start(self, work: Path) -> None:
+        from distributed import Client
+
+        self.inbox = work / "from-workers"  # the feedback pages the workers send back
+        try:
+            self.client = Client(self.scheduler, timeout=self.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise GradingSetupError(f"no Dask scheduler answered at {self.scheduler} within "
+                                    f"{self.connect_timeout:.0f} s ({type(exc).__name__}: {exc})") from None
+
+    def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
+        """Every task on the cluster; ``on_result(result, seconds)`` as each comes back, ``result.feedback`` a file
+        under ``work`` on this machine."""
+        if not tasks:
+            return
+        client, version = self.client, code_version()
+        client.wait_for_workers(1, timeout=self.connect_timeout)
+        wrong = mismatched_workers(client.run(code_version, on_error="return"), version)
+        if wrong:
+            raise WorkerRefused("Dask worker(s) refused, their code differs from this client's (check out the same "
+                                "commit there and restart them):\n  " + "\n  ".join(wrong))
+        plugin = GraderPlugin(Path(run.template_db).read_bytes(), version, run)
+        started = time.monotonic()
+        try:
+            client.register_plugin(plugin, name=plugin.name)  # returns when every worker's zygote is warm
+            log(f"{len(client.scheduler_info()['workers'])} Dask worker(s) at {self.scheduler} warm in "
+                f"{time.monotonic() - started:.1f} s (the gradebook template sent once per worker)")
+            futures = {}
+            for task in tasks:
+                future = client.submit(grade_remote, pack(task, plugin.template_sha, version), plugin.name,
+                                       key=f"{plugin.name}-{task.id}", pure=False, retries=RETRIES,
+                                       resources={plugin.name: 1}, priority=int(10 * cost(task.notebook)))
+                futures[future] = task  # priority: the longest notebooks first
+            self._collect(futures, plugin.name, on_result)
+        finally:
+            try:
+                client.unregister_worker_plugin(plugin.name)  # every worker stops its zygote, removes its folder
+            except Exception as exc:  # never registered: the error that stopped the run matters, not this one
+                log(f"note: the Dask plug-in {plugin.name} was not removed ({type(exc).__name__}: {exc})")
+
+    def _collect(self, futures: dict, resource: str, on_result: OnResult) -> None:
+        """Each result as it comes; when no worker has been able to grade for :data:`STALL_S`, the rest fail."""
+        from distributed import wait
+
+        pending, stalled_since = set(futures), None
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=30, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for future in done:
+                on_result(*_received(future, futures[future], self.inbox))
+            if done or self._ready_workers(resource):
+                stalled_since = None
+            elif stalled_since is None:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > STALL_S:
+                for future in pending:
+                    future.cancel()
+                    on_result(Result.failed(futures[future], f"no Dask worker able to grade it for {STALL_S} s (all "
+                                            "refused or gone; see the workers' logs)"), 0.0)
+                return
+
+    def _ready_workers(self, resource: str) -> int:
+        workers = self.client.scheduler_info()["workers"].values()
+        return sum(1 for w in workers if w.get("resources", {}).get(resource, 0) > 0)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def run_on_cluster(scheduler: str, tasks: list[Task], run: RunConfig, work: Path, on_result: OnResult,
+                   log=print) -> None:
+    """``tasks`` graded on the cluster at ``scheduler`` (start, run, close)."""
+    executor = DaskExecutor(scheduler)
+    try:
+        executor.start(work)
+        executor.run(tasks, run, on_result, log)
+    finally:
+        executor.close()
+
+
+def _received(future, task: Task, inbox: Path) -> tuple[Result, float]:
+    if future.status != "finished":
+        return Result.failed(task, failure_reason(future.exception())), 0.0
+    remote: RemoteResult = future.result()
+    result = remote.result
+    if remote.feedback_html is not None:
+        page = inbox / task.student / f"{task.notebook}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_bytes(remote.feedback_html)
+        result = replace(result, feedback=str(page))
+    return result, float(result.timings.get("total_s", 0.0))

@@ -1,0 +1,209 @@
+"""Grading on a Dask cluster (``grade --scheduler``): the same grades as a local run, and no student lost when a
+worker is killed mid-task.
+
+Everything runs on loopback: a ``LocalCluster`` of 2 worker processes (free ports, stopped at the end) that the CLI
+connects to with ``--scheduler``. The class is a small one built by tests/autograder_cases (the solutions, the
+release, a mutant, a broken file, a dying kernel, and a slow student whose worker is killed while grading it): the full
+class is graded locally by tests/test_autograder.py, and on 2 cores it takes minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from autograder import distributed as dist  # noqa: E402
+from autograder.channel import RunConfig, Task  # noqa: E402
+
+try:
+    from autograder_cases import build
+except ImportError:
+    from tests.autograder_cases import build
+
+REPO = Path(__file__).resolve().parents[1]
+SOLUTIONS = REPO / "solutions" / "loop_lab"
+LIMITS = ["--timeout-cell", 60, "--timeout-notebook", 120]
+SLOW_S = 20  # the slow student's cell sleeps this long in the kernel: time to kill its worker mid-task
+
+pytestmark = [pytest.mark.autograder, pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9,
+                                                         reason="solutions/ not complete")]
+
+SMALL_CLASS = {  # student -> the notebooks kept (None: all it has); the cheap notebooks only
+    "solutions": ("01_baseline", "02_scheduler"),
+    "release": ("01_baseline",),
+    "mutant-no-zero-grad": None,
+    "broken-json": None,
+    "os-exit": None,
+}
+
+
+def small_class(tmp: Path) -> list[build.Student]:
+    from autograder.release import release
+
+    root = tmp / "release-root"
+    shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")
+    release(root)
+    students = []
+    for st in build.build_class(SOLUTIONS, root / "notebooks", REPO, tmp / "out"):
+        if st.name in SMALL_CLASS:
+            keep = SMALL_CLASS[st.name] or tuple(st.notebooks)
+            st.notebooks = {nb: content for nb, content in st.notebooks.items() if nb in keep}
+            students.append(st)
+    sol = {p.stem: build.nbformat.read(p, as_version=4) for p in SOLUTIONS.glob("0[12]_*.ipynb")}
+    sleeper = build.insert_cell(sol["02_scheduler"], "train_one_epoch",
+                                f"import time\nif hasattr(get_ipython(), 'kernel'):  # the kernel, not the recheck\n"
+                                f"    time.sleep({SLOW_S})\n", after=True)
+    students.append(build.Student("slow", "a cell that sleeps: its worker is killed while grading it",
+                                  {"02_scheduler": sleeper}))
+    return students
+
+
+def run_cli(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", scheduler_port=0,
+                      dashboard_address=None, local_directory=str(tmp_path_factory.mktemp("dask")),
+                      memory_limit=0) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2, timeout=300)
+        yield cluster, client
+
+
+@pytest.fixture(scope="module")
+def classroom(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dask-class")
+    students = small_class(tmp)
+    build.write_class(students, tmp / "submissions")
+    return {"tmp": tmp, "students": students, "tests": build.load_tests(SOLUTIONS)}
+
+
+@pytest.fixture(scope="module")
+def local_run(classroom):
+    out = classroom["tmp"] / "local"
+    proc = run_cli("grade", classroom["tmp"] / "submissions", "--out", out, "-j", 2, *LIMITS)
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-4000:]
+    return out
+
+
+def _executing(client, key_part: str) -> tuple[str, int, int] | None:
+    """(worker address, worker pid, its zygote's pid) of the worker executing a task whose key has ``key_part``."""
+
+    def probe(dask_worker):
+        keys = [str(k) for k, ts in dask_worker.state.tasks.items() if ts.state == "executing"]
+        zygotes = [p.zygote.proc.pid for name, p in dask_worker.plugins.items()
+                   if name.startswith(dist.PLUGIN_PREFIX) and getattr(p, "zygote", None) is not None]
+        return keys, os.getpid(), zygotes
+
+    for addr, (keys, pid, zygotes) in client.run(probe).items():
+        if any(key_part in k for k in keys) and zygotes:
+            return addr, pid, zygotes[0]
+    return None
+
+
+@pytest.fixture(scope="module")
+def dask_run(cluster, classroom):
+    """The class graded on the cluster; the worker grading the slow student is SIGKILLed mid-task."""
+    scheduler, client = cluster[0].scheduler_address, cluster[1]
+    out = classroom["tmp"] / "dask"
+    proc = run_cli("grade", classroom["tmp"] / "submissions", "--out", out, "--scheduler", scheduler, *LIMITS)
+    victim, deadline = None, time.monotonic() + 600
+    while victim is None and proc.poll() is None and time.monotonic() < deadline:
+        victim = _executing(client, "slow--02_scheduler")
+        time.sleep(0.5)
+    if victim is not None:
+        time.sleep(3)  # well inside its kernel's sleep
+        os.kill(victim[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=900)
+    print(err[-6000:])
+    return {"out": out, "proc": proc, "stderr": err, "victim": victim}
+
+
+def test_dask_grades_the_class_exactly(dask_run, classroom):
+    assert dask_run["proc"].returncode == 0, dask_run["stderr"][-4000:]
+    expected = build.expected_grades(classroom["students"], classroom["tests"])
+    assert build.read_csv(dask_run["out"] / "grades.csv") == expected
+
+
+def test_a_killed_worker_loses_no_student(dask_run):
+    assert dask_run["victim"] is not None, "the slow student's task was never seen executing"
+    _, _, zygote = dask_run["victim"]
+    for _ in range(60):  # the killed worker's zygote notices its pipe closing and stops, kernels and all
+        try:
+            os.kill(zygote, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the killed worker's zygote {zygote} is still running")
+    record = build.read_json(dask_run["out"] / "slow.json")
+    assert record["graded"] and record["notebooks"]["02_scheduler"]["status"] == "graded"
+    assert all(t["passed"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "auto")
+
+
+def _comparable(out: Path, path: Path) -> dict:
+    """A student's JSON without what may differ between two runs: timings and where OUT is."""
+    record = json.loads(path.read_text())
+    for nb in record["notebooks"].values():
+        nb.pop("seconds")
+        nb.pop("timings")
+        if nb["feedback"]:
+            nb["feedback"] = str(Path(nb["feedback"]).relative_to(out))
+    return record
+
+
+def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
+    dask_out = dask_run["out"]
+    assert (dask_out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
+    for st in classroom["students"]:
+        assert _comparable(dask_out, dask_out / f"{st.name}.json") == _comparable(local_run,
+                                                                                   local_run / f"{st.name}.json")
+    local_pages = sorted(p.relative_to(local_run) for p in (local_run / "feedback").rglob("*.html"))
+    assert local_pages and sorted(p.relative_to(dask_out) for p in (dask_out / "feedback").rglob("*.html")) \
+        == local_pages
+
+
+def test_workers_with_other_code_are_refused(cluster, tmp_path, monkeypatch):
+    monkeypatch.setitem(dist._VERSIONS, str(dist.REPO_ROOT), "not-the-workers")
+    template = tmp_path / "gradebook.db"
+    template.write_bytes(b"")
+    run = RunConfig(template_db=str(template), work_dir=str(tmp_path), cell_timeout=1, notebook_timeout=1,
+                    memory_mb=4096, threads=1)
+    task = Task(id="ann--01_baseline", student="ann", notebook="01_baseline", path=str(tmp_path / "unread.ipynb"))
+    with pytest.raises(dist.WorkerRefused, match="their code differs from this client's") as err:
+        dist.run_on_cluster(cluster[0].scheduler_address, [task], run, tmp_path, lambda *a: None)
+    assert "this client not-the-workers" in str(err.value)
+    assert all(addr in str(err.value) for addr in cluster[1].scheduler_info()["workers"])  # each worker named
+
+
+def test_a_task_that_fails_every_try_is_a_clear_zero(tmp_path):
+    from distributed.scheduler import KilledWorker
+
+    class Worker:
+        address = "tcp://127.0.0.1:1"
+
+    class Failed:
+        status = "error"
+
+        def exception(self):
+            return KilledWorker("looplab-x", Worker(), 3)
+
+    task = Task(id="ann--01_baseline", student="ann", notebook="01_baseline", path="/nowhere.ipynb")
+    result, _ = dist._received(Failed(), task, tmp_path)
+    assert result.status == "error" and result.student == "ann"
+    assert "died 4 times" in result.error and "tcp://127.0.0.1:1" in result.error

@@ -70,14 +70,19 @@ class SandboxedExecute(Execute):
         started = time.monotonic()
         deadline = started + self.notebook_timeout
         stop_reason, stopped_at, timed_out, started_cells = None, None, set(), 0
+        last_test = last_graded_code_cell(self.nb)
+        cell_seconds = {"cells_s": 0.0, "tests_s": 0.0}
         try:
             with self.setup_kernel():
                 info = self.wait_for_reply(self.kc.kernel_info())
+                ctx.timings["kernel_start_s"] = round(time.monotonic() - started, 2)
                 if info is not None and "language_info" in info["content"]:
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
                 for index, cell in enumerate(self.nb.cells):
                     if cell.cell_type != "code" or not cell.source.strip():
                         continue
+                    if index > last_test:
+                        break  # nothing graded runs after the last test cell: see skip_after_last_test
                     left = deadline - time.monotonic()
                     if left < 1:
                         stop_reason = f"not run: the notebook used up its {self.notebook_timeout} s time limit"
@@ -85,6 +90,7 @@ class SandboxedExecute(Execute):
                         break
                     self.timeout = int(max(1, min(cell_limit, left)))
                     started_cells += 1
+                    cell_started = time.monotonic()
                     try:
                         self.preprocess_cell(cell, resources, index)
                     except DeadKernelError:
@@ -108,6 +114,7 @@ class SandboxedExecute(Execute):
                             if o.get("ename") == "CellTimeoutError":
                                 o["evalue"] = f"this cell ran past its {self.timeout} s limit and was interrupted"
                                 o["traceback"] = [f"CellTimeoutError: {o['evalue']}"]
+                    cell_seconds["tests_s" if utils.is_grade(cell) else "cells_s"] += time.monotonic() - cell_started
                     if utils.is_grade(cell):
                         _stderr_is_not_failure(cell)
         except Exception as exc:  # the client broke mid-way: the rest of the notebook is not gradable
@@ -118,9 +125,13 @@ class SandboxedExecute(Execute):
             stop_reason = f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})"
             stopped_at = 0 if stopped_at is None else stopped_at
         ctx.timings["kernel_s"] = round(time.monotonic() - started, 2)
+        ctx.timings.update({k: round(v, 2) for k, v in cell_seconds.items()})
+        skipped = skip_after_last_test(self.nb, last_test)
+        if skipped:
+            ctx.timings["cells_skipped"] = skipped
         if stop_reason is not None:
             ctx.notes.append(stop_reason.replace("not run: ", ""))
-            for cell in self.nb.cells[stopped_at:]:
+            for cell in self.nb.cells[stopped_at:last_test + 1]:  # those after it say why they were skipped
                 if cell.cell_type == "code" and cell.source.strip() and not has_error(cell):
                     cell.outputs = [*cell.get("outputs", []), _error("NotRun", stop_reason)]
         self._recheck(resources, timed_out, stopped_at)
@@ -217,6 +228,30 @@ class SandboxedExecute(Execute):
 
     def timeout_cell_limit(self) -> int:
         return int(getattr(self, "_cell_limit", None) or self.timeout or 60)
+
+
+SKIPPED = ("[grader] not run while grading: it comes after the notebook's last test cell, so no grade depends on it "
+           "(run the notebook yourself to see its output)\n")
+
+
+def last_graded_code_cell(nb) -> int:
+    """Index of the notebook's last graded code cell; -1 when it has none."""
+    graded = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and utils.is_grade(cell)]
+    return max(graded, default=-1)
+
+
+def skip_after_last_test(nb, last_test: int) -> int:
+    """Mark the code cells after ``last_test`` as not run by the grader (a stream output saying why); how many.
+
+    Grading stops at the last test cell: the cells after it (throughput measurements, crash demonstrations, long
+    comparisons) cannot change any score, and they were most of the grading time of labs 5, 7 and 8.
+    """
+    skipped = 0
+    for cell in nb.cells[last_test + 1:]:
+        if cell.cell_type == "code" and cell.source.strip() and not cell.get("outputs"):
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=SKIPPED)]
+            skipped += 1
+    return skipped
 
 
 def _stderr_is_not_failure(cell: NotebookNode) -> None:

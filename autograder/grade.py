@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -81,6 +82,7 @@ class RunResult:
     complete: bool
     problems: list[str]
     seconds: float
+    timings: dict[str, float] = field(default_factory=dict)  # the parent's own steps, seconds
 
 
 def log(message: str) -> None:
@@ -122,6 +124,7 @@ class Plan:
     tasks: list[Task]
     decided: dict[tuple[str, str], TaskOutcome]  # (student, notebook) with nothing to run: missing or unreadable
     run: RunConfig  # the executor fills in where its zygote and data are
+    timings: dict[str, float] = field(default_factory=dict)  # seconds of the parent's own steps
 
     @property
     def students(self) -> list[str]:
@@ -155,8 +158,10 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
             outcomes[(outcome.student, outcome.notebook)] = outcome
             progress.done(outcome)
 
+        t0 = time.monotonic()
         executor.run(the_plan.tasks, the_plan.run, on_result,
                      log=lambda message: log(f"{message}; {_fmt(time.monotonic() - started)} since the start"))
+        the_plan.timings["run_s"] = time.monotonic() - t0
         problems = []
         if fingerprint(protected) != before:
             problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
@@ -176,9 +181,12 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     template_db = work / "template" / "gradebook.db"
+    t0 = time.monotonic()
     notebooks = generate_gradebook(source, work / "template", sqlite_url(template_db))
+    t1 = time.monotonic()
     db_url = opts.db_url or sqlite_url(out / "gradebook.db")
     generate_gradebook(source, work / "instructor", db_url)
+    t2 = time.monotonic()
     subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
     decided: dict[tuple[str, str], TaskOutcome] = {}
     tasks = []
@@ -197,14 +205,19 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     run = RunConfig(template_db=str(template_db), work_dir=str(work), cell_timeout=opts.cell_timeout,
                     notebook_timeout=opts.notebook_timeout, memory_mb=opts.memory_mb,
                     threads=opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)))
-    return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run)
+    timings = {"template_gradebook_s": t1 - t0, "gradebook_s": t2 - t1, "discover_s": time.monotonic() - t2}
+    return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run,
+                timings=timings)
 
 
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
             started: float) -> RunResult:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
     out = the_plan.out
+    timings = the_plan.timings
+    t0 = time.monotonic()
     report.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
+    timings["store_s"] = time.monotonic() - t0
     for outcome in outcomes.values():
         if outcome.feedback and Path(outcome.feedback).exists():
             target = out / "feedback" / outcome.student / f"{outcome.notebook}.html"
@@ -215,8 +228,11 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
                                  for o in outcomes.values() if o.status == "error"]
     result = RunResult(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,
                        student_notes={s.student: s.notes for s in the_plan.submissions}, complete=not problems,
-                       problems=problems, seconds=time.monotonic() - started)
+                       problems=problems, seconds=time.monotonic() - started, timings=timings)
+    t0 = time.monotonic()
     report.write_all(result, the_plan.db_url)
+    timings["reports_s"] = time.monotonic() - t0
+    (out / "timings.json").write_text(json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n")
     log(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
         + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
     return result

@@ -29,11 +29,13 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
     started = time.monotonic()
     task_dir = Path(run.work_dir) / "tasks" / task.id
     course = _course_folder(task, run, task_dir)
+    setup_s = time.monotonic() - started
     home, tmp = task_dir / "home", task_dir / "tmp"
     policy = base_policy(run)
     policy = dataclasses.replace(policy, write_dirs=[*policy.write_dirs, str(home), str(tmp)])
     ctx = context.TaskContext(zygote=zygote, task_dir=task_dir, kernel_env=kernel_env(home, tmp, run), policy=policy,
                               threads=run.threads, notebook_timeout=run.notebook_timeout)
+    ctx.timings["setup_s"] = round(setup_s, 2)
     result = Result(id=task.id, student=task.student, notebook=task.notebook, notes=ctx.notes)
     errors = _ErrorLog()
     logging.getLogger().addHandler(errors)
@@ -42,7 +44,9 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
             t0 = time.monotonic()
             _autograde(course, task.student, run)
             ctx.timings["autograde_s"] = round(time.monotonic() - t0, 2)
+        t0 = time.monotonic()
         result.tests = read_scores(course, task.student, task.notebook)
+        ctx.timings["scores_s"] = round(time.monotonic() - t0, 2)
         result.autograded = str(course / "autograded" / task.student / ASSIGNMENT / f"{task.notebook}.ipynb")
         result.feedback = _feedback_or_note(course, task, ctx)
     except Exception as exc:

@@ -1,0 +1,71 @@
+"""Grading stops at a notebook's last test cell: what comes after cannot change a score, and it is not run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.execute import SKIPPED, last_graded_code_cell, skip_after_last_test
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.autograder
+
+
+def _meta(gid: str, **kw) -> dict:
+    return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3, "solution": False,
+                         "task": False, **kw}}
+
+
+def toy(body: str, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Toy"),
+        nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=_meta("add", solution=True)),
+        *[nbformat.v4.new_code_cell(src) for src in before],
+        nbformat.v4.new_code_cell('"""Check add"""\nassert add(1, 2) == 3',
+                                  metadata=_meta("test_add", grade=True, locked=True, points=1)),
+        *[nbformat.v4.new_code_cell(src) for src in after],
+        nbformat.v4.new_markdown_cell("The end."),
+    ]
+    return nb
+
+
+def test_cells_after_the_last_test_are_marked_not_run():
+    nb = toy("    return a + b\n", before=("x = 1",), after=("print('slow')", "", "raise RuntimeError"))
+    last = last_graded_code_cell(nb)
+    assert last == 3 and nb.cells[last].metadata["nbgrader"]["grade"]
+    assert skip_after_last_test(nb, last) == 2  # the empty cell is not counted
+    assert nb.cells[2].get("outputs") == []  # before the test: untouched
+    assert [c.outputs[0]["text"] for c in nb.cells[4:7] if c.cell_type == "code" and c.source] == [SKIPPED] * 2
+    assert last_graded_code_cell(nbformat.v4.new_notebook()) == -1
+
+
+@pytest.mark.slow
+def test_grading_stops_at_the_last_test_cell(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    nbformat.write(toy("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"), source / "00_toy.ipynb")
+    after = ("import time\ntime.sleep(40)", "print('ran after the test')", "raise RuntimeError('boom')")
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    nbformat.write(toy("    return a + b\n", after=after), tmp_path / "subs" / "ann" / "00_toy.ipynb")
+    # a wrong solution still fails: only what comes after the last test is skipped
+    (tmp_path / "subs" / "bob").mkdir(parents=True)
+    nbformat.write(toy("    return a - b\n", after=after), tmp_path / "subs" / "bob" / "00_toy.ipynb")
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", tmp_path / "subs", "--out", tmp_path / "out",
+                           "--source", source, "--timeout-cell", "60"], cwd=REPO, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ann = json.loads((tmp_path / "out" / "ann.json").read_text())
+    bob = json.loads((tmp_path / "out" / "bob.json").read_text())
+    assert (ann["score"], bob["score"]) == (1, 0)
+    timings = ann["notebooks"]["00_toy"]["timings"]
+    assert timings["cells_skipped"] == 3 and timings["kernel_s"] < 30, timings
+    feedback = (tmp_path / "out" / "feedback" / "ann" / "00_toy.html").read_text()
+    assert feedback.count("not run while grading") == 3 and "ran after the test\n" not in feedback
+    assert not ann["notebooks"]["00_toy"]["notes"]  # skipping is not news for every student's notes

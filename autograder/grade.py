@@ -33,6 +33,7 @@ from . import report
 from .channel import ExtraFile, Result, RunConfig, Task
 from .course import ASSIGNMENT, prepare_tools, sqlite_url
 from .handout import REPO_ROOT
+from .progress import Progress, fmt as _fmt
 from .pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
 from .release import generate_gradebook
 from .submissions import Submission, discover
@@ -109,10 +110,6 @@ def fingerprint(paths: list[Path]) -> str:
 # --- the run ---------------------------------------------------------------------------------------------------------------
 
 
-def _fmt(seconds: float) -> str:
-    return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
-
-
 @dataclass
 class Plan:
     """What a run will grade, and against what; made by :func:`plan`."""
@@ -148,26 +145,31 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     try:
         executor.start(work)  # warm-up first: its imports run while this process builds the gradebook
         the_plan = plan(submissions, out, opts, source, work)
-        log(f"grading {len(the_plan.submissions)} student(s) x {len(the_plan.notebooks)} notebook(s) with "
-            f"{opts.jobs} process(es); gradebook {the_plan.db_url}")
+        (the_plan.out / "grading.log").unlink(missing_ok=True)
+        progress = Progress({s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students},
+                            started, the_plan.out / "grading.log")
+        progress.log(f"grading {len(the_plan.submissions)} student(s) x {len(the_plan.notebooks)} notebook(s) with "
+                     f"{opts.jobs} process(es); gradebook {the_plan.db_url}")
         outcomes = dict(the_plan.decided)
-        progress = _Progress(the_plan, started)
 
         def on_result(result: Result, seconds: float) -> None:
             outcome = TaskOutcome.from_result(result, seconds)
             outcomes[(outcome.student, outcome.notebook)] = outcome
-            progress.done(outcome)
+            progress.done(outcome.student, outcome.notebook, _status(outcome), outcome.seconds)
 
         t0 = time.monotonic()
-        executor.run(the_plan.tasks, the_plan.run, on_result,
-                     log=lambda message: log(f"{message}; {_fmt(time.monotonic() - started)} since the start"))
+        try:
+            executor.run(the_plan.tasks, the_plan.run, on_result, log=lambda message: progress.log(
+                f"{message}; {_fmt(time.monotonic() - started)} since the start"))
+        finally:
+            progress.close()
         the_plan.timings["run_s"] = time.monotonic() - t0
         problems = []
         if fingerprint(protected) != before:
             problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
                             "a submission may have written outside its folder; check `git status` before trusting "
                             "these grades")
-        return collect(the_plan, outcomes, problems, started)
+        return collect(the_plan, outcomes, problems, started, say=progress.log)
     finally:
         executor.close()
         if not opts.keep_work:
@@ -210,8 +212,14 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
                 timings=timings)
 
 
+def _status(outcome: TaskOutcome) -> str:
+    if outcome.status != "graded":
+        return outcome.status.upper()
+    return f"{sum(t['points'] for t in outcome.tests):g}/{sum(t['max_points'] for t in outcome.tests):g}"
+
+
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
-            started: float) -> RunResult:
+            started: float, say=None) -> RunResult:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
     out = the_plan.out
     timings = the_plan.timings
@@ -233,29 +241,6 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     report.write_all(result, the_plan.db_url)
     timings["reports_s"] = time.monotonic() - t0
     (out / "timings.json").write_text(json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n")
-    log(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
+    (say or log)(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
         + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
     return result
-
-
-class _Progress:
-    def __init__(self, the_plan: Plan, started: float):
-        self.started = started
-        self.total_tasks = len(the_plan.tasks)
-        self.left = {s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students}
-        self.total_students = len(the_plan.submissions)
-        self.done_tasks = 0
-        self.slowest: tuple[float, str] = (0.0, "")
-
-    def done(self, outcome: TaskOutcome) -> None:
-        self.done_tasks += 1
-        self.left[outcome.student] -= 1
-        name = f"{outcome.student}/{outcome.notebook}"
-        self.slowest = max(self.slowest, (outcome.seconds, name))
-        students_done = sum(1 for v in self.left.values() if v == 0)
-        score = sum(t["points"] for t in outcome.tests)
-        max_score = sum(t["max_points"] for t in outcome.tests)
-        status = f"{score:g}/{max_score:g}" if outcome.status == "graded" else outcome.status.upper()
-        log(f"[{students_done}/{self.total_students} students, {self.done_tasks}/{self.total_tasks} notebooks, "
-            f"{_fmt(time.monotonic() - self.started)}] {name}: {status} in {outcome.seconds:.1f} s "
-            f"(slowest: {self.slowest[1]} {self.slowest[0]:.1f} s)")

@@ -12,10 +12,24 @@ import sys
 from pathlib import Path
 
 ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
+# nbgrader's own default for Gradebook(db_url): every gradebook opened without a course id then agrees. It must name
+# a row of the course table: PostgreSQL enforces the assignment's foreign key (SQLite let the empty id through).
+COURSE_ID = "default_course"
 
 
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
+
+
+def database_url(db_url: str) -> str:
+    """``db_url`` with a driver SQLAlchemy can load here: a bare ``postgresql://`` means psycopg2 to SQLAlchemy, and
+    this course installs psycopg (3), so it becomes ``postgresql+psycopg://`` when only that one is present."""
+    import importlib.util
+
+    if db_url.startswith("postgresql://") and importlib.util.find_spec("psycopg2") is None \
+            and importlib.util.find_spec("psycopg") is not None:
+        return "postgresql+psycopg://" + db_url[len("postgresql://"):]
+    return db_url
 
 
 def nbgrader_config(root: Path, db_url: str | None = None, student: str | None = None):
@@ -26,6 +40,7 @@ def nbgrader_config(root: Path, db_url: str | None = None, student: str | None =
 
     c = Config()
     c.CourseDirectory.root = str(root)
+    c.CourseDirectory.course_id = COURSE_ID
     c.CourseDirectory.db_url = db_url or sqlite_url(Path(root) / "gradebook.db")
     c.CourseDirectory.assignment_id = ASSIGNMENT
     if student is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import report
 from .channel import ExtraFile, Result, RunConfig, Task
-from .course import ASSIGNMENT, prepare_tools, sqlite_url
+from .course import ASSIGNMENT, database_url, prepare_tools, sqlite_url
 from .handout import REPO_ROOT
 from .progress import Progress, fmt as _fmt
 from .pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
@@ -186,8 +186,13 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     t0 = time.monotonic()
     notebooks = generate_gradebook(source, work / "template", sqlite_url(template_db))
     t1 = time.monotonic()
-    db_url = opts.db_url or sqlite_url(out / "gradebook.db")
-    generate_gradebook(source, work / "instructor", db_url)
+    db_url = database_url(opts.db_url or sqlite_url(out / "gradebook.db"))
+    new_file = _new_sqlite_file(db_url)
+    if new_file is not None:  # the same generate_assignment as the template's: copy it (saves seconds of CPU)
+        new_file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template_db, new_file)
+    else:  # another database, or a gradebook that already holds grades: nbgrader updates it in place
+        generate_gradebook(source, work / "instructor", db_url)
     t2 = time.monotonic()
     subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
     decided: dict[tuple[str, str], TaskOutcome] = {}
@@ -216,6 +221,17 @@ def _status(outcome: TaskOutcome) -> str:
     if outcome.status != "graded":
         return outcome.status.upper()
     return f"{sum(t['points'] for t in outcome.tests):g}/{sum(t['max_points'] for t in outcome.tests):g}"
+
+
+def _new_sqlite_file(db_url: str) -> Path | None:
+    """The file of a SQLite ``db_url`` that does not exist yet; None for anything else."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    path = Path(url.database)
+    return None if path.exists() else path
 
 
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],

@@ -134,12 +134,14 @@ def dask_run(cluster, classroom):
     return {"out": out, "proc": proc, "stderr": err, "victim": victim}
 
 
+@pytest.mark.slow
 def test_dask_grades_the_class_exactly(dask_run, classroom):
     assert dask_run["proc"].returncode == 0, dask_run["stderr"][-4000:]
     expected = build.expected_grades(classroom["students"], classroom["tests"])
     assert build.read_csv(dask_run["out"] / "grades.csv") == expected
 
 
+@pytest.mark.slow
 def test_a_killed_worker_loses_no_student(dask_run):
     assert dask_run["victim"] is not None, "the slow student's task was never seen executing"
     _, _, zygote = dask_run["victim"]
@@ -167,6 +169,7 @@ def _comparable(out: Path, path: Path) -> dict:
     return record
 
 
+@pytest.mark.slow
 def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
     dask_out = dask_run["out"]
     assert (dask_out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
@@ -178,6 +181,7 @@ def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
         == local_pages
 
 
+@pytest.mark.slow
 def test_workers_with_other_code_are_refused(cluster, tmp_path, monkeypatch):
     monkeypatch.setitem(dist._VERSIONS, str(dist.REPO_ROOT), "not-the-workers")
     template = tmp_path / "gradebook.db"

@@ -99,6 +99,51 @@ def mismatched_workers(versions: dict, mine: str) -> list[str]:
 
 # --- the worker side ---------------------------------------------------------------------------------------------------
 
+_SPARE: dict = {}  # in a worker process: the zygote prewarm() started before the run's plug-in arrived
+
+
+def prewarm(dask_worker) -> None:
+    """Start this worker's zygote now, in the background: its imports overlap the client's gradebook generation,
+    as the local run's shared zygote does; the run's plug-in takes it over."""
+    if "thread" in _SPARE:
+        return
+    folder = Path(dask_worker.local_directory) / "looplab-zygote"
+
+    def start() -> None:
+        from .zygote_client import private_zygote
+
+        try:
+            folder.mkdir(exist_ok=True)
+            _SPARE["zygote"] = private_zygote(folder)
+        except Exception as exc:  # the plug-in starts its own
+            logger.warning("could not prewarm a zygote: %r", exc)
+
+    _SPARE["folder"] = folder
+    _SPARE["thread"] = threading.Thread(target=start, name="looplab-prewarm", daemon=True)
+    _SPARE["thread"].start()
+
+
+def take_spare():
+    """The prewarmed zygote and its folder, or (None, None)."""
+    thread = _SPARE.pop("thread", None)
+    if thread is None:
+        return None, None
+    thread.join()
+    zygote, folder = _SPARE.pop("zygote", None), _SPARE.pop("folder", None)
+    if zygote is not None and not zygote.alive():
+        zygote.close()
+        zygote = None
+    return zygote, folder
+
+
+def drop_spare() -> None:
+    """Stop a prewarmed zygote no plug-in took (the run stopped before grading)."""
+    zygote, folder = take_spare()
+    if zygote is not None:
+        zygote.close()
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
 
 class GraderPlugin(WorkerPlugin):
     """Installed on every Dask worker for one run: the template gradebook on disk and one warm zygote."""
@@ -117,7 +162,7 @@ class GraderPlugin(WorkerPlugin):
     async def setup(self, worker) -> None:
         self.address = worker.address
         self.lock = threading.Lock()  # one task at a time: the grading context (autograder.execute) is per process
-        self.zygote = self.work = None
+        self.zygote = self.work = self.spare_folder = None
         self.refused = None
         mine = code_version()
         if mine != self.code_version:
@@ -157,7 +202,9 @@ class GraderPlugin(WorkerPlugin):
         warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use: noisy, not wrong
         prepare_tools()
         os.environ["JUPYTER_RUNTIME_DIR"] = str(self.work / "runtime")  # the kernels' connection files
-        self.zygote = private_zygote(self.work)
+        self.zygote, self.spare_folder = take_spare()
+        if self.zygote is None:
+            self.zygote = private_zygote(self.work)
         self.run = replace(self.run, data_dirs=self.zygote.ready.data_dirs, cache_dir=self.zygote.ready.cache_dir)
 
     async def teardown(self, worker) -> None:
@@ -168,8 +215,9 @@ class GraderPlugin(WorkerPlugin):
                 pass
         if self.zygote is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.zygote.close)  # kernels and all
-        if self.work is not None:
-            shutil.rmtree(self.work, ignore_errors=True)
+        for folder in (self.work, self.spare_folder):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def grade(self, remote: RemoteTask) -> RemoteResult:
         if self.refused:
@@ -258,32 +306,35 @@ class DaskExecutor:
         self.client = None
 
     def start(self, work: Path) -> None:
+        """Connect, refuse workers with other code, and start every worker's zygote while the gradebook is built."""
         from distributed import Client
 
         self.inbox = work / "from-workers"  # the feedback pages the workers send back
+        self.version = code_version()
         try:
             self.client = Client(self.scheduler, timeout=self.connect_timeout)
+            self.client.wait_for_workers(1, timeout=self.connect_timeout)
         except (OSError, TimeoutError) as exc:
-            raise GradingSetupError(f"no Dask scheduler answered at {self.scheduler} within "
+            raise GradingSetupError(f"no Dask scheduler with a worker answered at {self.scheduler} within "
                                     f"{self.connect_timeout:.0f} s ({type(exc).__name__}: {exc})") from None
+        wrong = mismatched_workers(self.client.run(code_version, on_error="return"), self.version)
+        if wrong:
+            raise WorkerRefused("Dask worker(s) refused, their code differs from this client's (check out the same "
+                                "commit there and restart them):\n  " + "\n  ".join(wrong))
+        self.client.run(prewarm)  # returns at once: each worker starts its zygote in a thread
 
     def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
         """Every task on the cluster; ``on_result(result, seconds)`` as each comes back, ``result.feedback`` a file
         under ``work`` on this machine."""
         if not tasks:
             return
-        client, version = self.client, code_version()
-        client.wait_for_workers(1, timeout=self.connect_timeout)
-        wrong = mismatched_workers(client.run(code_version, on_error="return"), version)
-        if wrong:
-            raise WorkerRefused("Dask worker(s) refused, their code differs from this client's (check out the same "
-                                "commit there and restart them):\n  " + "\n  ".join(wrong))
+        client, version = self.client, self.version
         plugin = GraderPlugin(Path(run.template_db).read_bytes(), version, run)
         started = time.monotonic()
         try:
             client.register_plugin(plugin, name=plugin.name)  # returns when every worker's zygote is warm
-            log(f"{len(client.scheduler_info()['workers'])} Dask worker(s) at {self.scheduler} warm in "
-                f"{time.monotonic() - started:.1f} s (the gradebook template sent once per worker)")
+            log(f"{len(client.scheduler_info()['workers'])} Dask worker(s) at {self.scheduler} warm "
+                f"{time.monotonic() - started:.1f} s after the gradebook (its template sent once per worker)")
             futures = {}
             for task in tasks:
                 future = client.submit(grade_remote, pack(task, plugin.template_sha, version), plugin.name,
@@ -326,7 +377,10 @@ class DaskExecutor:
 
     def close(self) -> None:
         if self.client is not None:
-            self.client.close()
+            try:
+                self.client.run(drop_spare, on_error="ignore")  # a zygote no plug-in took (no task, or an error)
+            finally:
+                self.client.close()
 
 
 def run_on_cluster(scheduler: str, tasks: list[Task], run: RunConfig, work: Path, on_result: OnResult,

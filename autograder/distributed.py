@@ -97,7 +97,7 @@ def mismatched_workers(versions: dict, mine: str) -> list[str]:
             for addr, v in sorted(versions.items()) if v != mine]
 
 
-# --- the worker side ---------------------------------------------------------------------------------------------------
+# --- the worker side --------------------------------------------------------------------------------------------------
 
 _SPARE: dict = {}  # in a worker process: the zygote prewarm() started before the run's plug-in arrived
 
@@ -276,7 +276,7 @@ def grade_remote(remote: RemoteTask, plugin_name: str) -> RemoteResult:
     return plugin.grade(remote)
 
 
-# --- the client side ---------------------------------------------------------------------------------------------------
+# --- the client side --------------------------------------------------------------------------------------------------
 
 
 def pack(task: Task, template_sha: str, version: str) -> RemoteTask:

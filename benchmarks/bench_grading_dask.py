@@ -55,7 +55,8 @@ def main() -> None:
         local_s, _ = grade(tmp / "subs", tmp / "local", "-j", str(args.workers))
         started = time.monotonic()
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          scheduler_port=0, dashboard_address=None, local_directory=str(tmp / "dask-workers")) as cluster:
+                          scheduler_port=0, dashboard_address=None,
+                          local_directory=str(tmp / "dask-workers")) as cluster:
             cluster_s = time.monotonic() - started
             dask_s, log = grade(tmp / "subs", tmp / "dask", "--scheduler", cluster.scheduler_address)
         warm = re.search(r"warm ([\d.]+) s after the gradebook", log)
@@ -64,7 +65,8 @@ def main() -> None:
         print(f"{n} student(s), {args.notebooks or 'all nine notebooks'}, {args.workers} worker(s)")
         print(f"local -j {args.workers}:   {local_s:6.1f} s  {60 * n / local_s:5.2f} students/min")
         print(f"dask {args.workers} workers: {dask_s:6.1f} s  {60 * n / dask_s:5.2f} students/min  (workers' zygotes "
-              f"warm {warm.group(1) if warm else '?'} s after the gradebook; cluster start {cluster_s:.1f} s, not counted)")
+              f"warm {warm.group(1) if warm else '?'} s after the gradebook; cluster start {cluster_s:.1f} s, "
+              "not counted)")
         print(f"grades.csv identical: {same}")
         if not same:
             sys.exit(1)

@@ -1,0 +1,84 @@
+"""grade()'s "run" step is swappable: any executor with start / run / close that hands back Result messages gets the
+same gradebook, grades.csv and reports; this process alone writes them (what a Dask run relies on)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.channel import CellScore, Result, RunConfig, Task
+from autograder.grade import GradeOptions, grade
+
+pytestmark = pytest.mark.autograder
+
+
+def _meta(gid: str, **kw) -> dict:
+    return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3, "solution": False,
+                         "task": False, **kw}}
+
+
+def toy(body: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=_meta("add", solution=True)),
+                nbformat.v4.new_code_cell("assert add(1, 2) == 3",
+                                          metadata=_meta("test_add", grade=True, locked=True, points=2))]
+    return nb
+
+
+class CannedExecutor:
+    """Grades nothing: answers each task from a table, the way a remote executor's results come back."""
+
+    def __init__(self, answers: dict[str, float | str]):
+        self.answers, self.calls, self.seen = answers, [], []
+
+    def start(self, work: Path) -> None:
+        self.calls.append("start")
+
+    def run(self, tasks: list[Task], run: RunConfig, on_result, log=print) -> None:
+        self.calls.append("run")
+        assert Path(run.template_db).exists() and run.cell_timeout == 30
+        for task in tasks:
+            self.seen.append((task.student, task.notebook, Path(task.path).name))
+            answer = self.answers[task.student]
+            if isinstance(answer, str):
+                on_result(Result.failed(task, answer), 1.0)
+                continue
+            score = CellScore(name="test_add", kind="auto", points=answer, max_points=2.0, passed=answer == 2.0,
+                              auto_score=answer, needs_manual_grade=False, message="" if answer else "wrong")
+            on_result(Result(id=task.id, student=task.student, notebook=task.notebook, tests=[score],
+                             timings={"total_s": 1.0}), 1.0)
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_any_executor_feeds_the_same_collect_step(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    nbformat.write(toy("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"), source / "00_toy.ipynb")
+    for student in ("ann", "bob", "cy"):
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        nbformat.write(toy("    return a + b\n"), tmp_path / "subs" / student / "00_toy.ipynb")
+    (tmp_path / "subs" / "dee").mkdir()  # hands in nothing
+    executor = CannedExecutor({"ann": 2.0, "bob": 0.0, "cy": "the worker died"})
+    result = grade(tmp_path / "subs", tmp_path / "out", GradeOptions(source=source, cell_timeout=30),
+                   executor=executor)
+    assert executor.calls == ["start", "run", "close"]
+    assert sorted(executor.seen) == [("ann", "00_toy", "00_toy.ipynb"), ("bob", "00_toy", "00_toy.ipynb"),
+                                     ("cy", "00_toy", "00_toy.ipynb")]  # dee: nothing to run
+    with open(tmp_path / "out" / "grades.csv") as f:
+        rows = [(r["student"], r["score"]) for r in csv.DictReader(f)]
+    assert rows == [("ann", "2"), ("bob", "0"), ("cy", "0"), ("dee", "0")]
+    assert not result.complete and result.problems == ["cy/00_toy: not graded: could not be graded: the worker died"]
+    cy = json.loads((tmp_path / "out" / "cy.json").read_text())
+    assert cy["notebooks"]["00_toy"]["status"] == "error" and "the worker died" in cy["tests"][0]["message"]
+    assert json.loads((tmp_path / "out" / "dee.json").read_text())["notebooks"]["00_toy"]["status"] == "missing"
+    assert "slowest notebooks" in (tmp_path / "out" / "grading.log").read_text()
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}") as gb:
+        assert gb.find_submission("loop_lab", "ann").score == 2.0

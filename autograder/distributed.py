@@ -342,6 +342,9 @@ class DaskExecutor:
                                        resources={plugin.name: 1}, priority=int(10 * cost(task.notebook)))
                 futures[future] = task  # priority: the longest notebooks first
             self._collect(futures, plugin.name, on_result)
+            reruns = client.run_on_scheduler(_rerun, [f.key for f in futures])
+            if reruns:
+                log(f"{reruns} task(s) graded again on another worker after the one grading them died")
         finally:
             try:
                 client.unregister_worker_plugin(plugin.name)  # every worker stops its zygote, removes its folder
@@ -381,6 +384,11 @@ class DaskExecutor:
                 self.client.run(drop_spare, on_error="ignore")  # a zygote no plug-in took (no task, or an error)
             finally:
                 self.client.close()
+
+
+def _rerun(keys: list, dask_scheduler=None) -> int:
+    """On the scheduler: how many of ``keys`` were running on a worker that died."""
+    return sum(1 for key in keys if getattr(dask_scheduler.tasks.get(key), "suspicious", 0) > 0)
 
 
 def run_on_cluster(scheduler: str, tasks: list[Task], run: RunConfig, work: Path, on_result: OnResult,

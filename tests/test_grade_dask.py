@@ -4,7 +4,8 @@ worker is killed mid-task.
 Everything runs on loopback: a ``LocalCluster`` of 2 worker processes (free ports, stopped at the end) that the CLI
 connects to with ``--scheduler``. The class is a small one built by tests/autograder_cases (the solutions, the
 release, a mutant, a broken file, a dying kernel, and a slow student whose worker is killed while grading it): the full
-class is graded locally by tests/test_autograder.py, and on 2 cores it takes minutes.
+class is graded locally by tests/test_autograder.py, and on 2 cores it takes minutes. ``LOOPLAB_DASK_FULL_CLASS=1``
+grades the full class here too (plus the slow student), against the same exact expectations.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ except ImportError:
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
-LIMITS = ["--timeout-cell", 60, "--timeout-notebook", 120]
+LIMITS = ["--timeout-cell", 30, "--timeout-notebook", 90]  # as test_autograder's class (its hang cases use them)
 SLOW_S = 20  # the slow student's cell sleeps this long in the kernel: time to kill its worker mid-task
 
 pytestmark = [pytest.mark.autograder, pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9,
@@ -55,7 +56,9 @@ def small_class(tmp: Path) -> list[build.Student]:
     release(root)
     students = []
     for st in build.build_class(SOLUTIONS, root / "notebooks", REPO, tmp / "out"):
-        if st.name in SMALL_CLASS:
+        if os.environ.get("LOOPLAB_DASK_FULL_CLASS") == "1":
+            students.append(st)
+        elif st.name in SMALL_CLASS:
             keep = SMALL_CLASS[st.name] or tuple(st.notebooks)
             st.notebooks = {nb: content for nb, content in st.notebooks.items() if nb in keep}
             students.append(st)
@@ -153,6 +156,7 @@ def test_a_killed_worker_loses_no_student(dask_run):
         time.sleep(0.5)
     else:
         pytest.fail(f"the killed worker's zygote {zygote} is still running")
+    assert "1 task(s) graded again on another worker" in dask_run["stderr"]
     record = build.read_json(dask_run["out"] / "slow.json")
     assert record["graded"] and record["notebooks"]["02_scheduler"]["status"] == "graded"
     assert all(t["passed"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "auto")

@@ -20,108 +20,41 @@ import ast
 import inspect
 import os
 import sys
-from dataclasses import dataclass
 
-EXTERNAL_ENV = "LOOPLAB_HIDDEN_TESTS"
+from labutils import exercises
 
-
-@dataclass(frozen=True)
-class Contract:
-    check: str  # the labutils.checks function
-    extra: tuple = ()  # its arguments after the student's function(s)
-    signatures: tuple[str, ...] = ()  # the required call shape of each function, as in docs/exercises.md
+EXTERNAL_ENV = exercises.GRADER_ENV
 
 
-_TRAIN = "train_one_epoch"
-CONTRACTS: dict[tuple[str, str], Contract] = {
-    ("00_data_tour", "normalize_images"): Contract("check_normalize", (), ("normalize_images(images)",)),
-    ("01_baseline", _TRAIN): Contract(
-        "check_train_one_epoch", ("baseline",), ("train_one_epoch(model, loader, optimizer, device)",)
-    ),
-    ("01_baseline", "evaluate"): Contract("check_evaluate", (), ("evaluate(model, loader, device)",)),
-    ("02_scheduler", _TRAIN): Contract(
-        "check_train_one_epoch", ("scheduler",), ("train_one_epoch(model, loader, optimizer, scheduler, device)",)
-    ),
-    ("03_clipping", _TRAIN): Contract(
-        "check_train_one_epoch",
-        ("clipping",),
-        ("train_one_epoch(model, loader, optimizer, scheduler, max_norm, device)",),
-    ),
-    ("04_accumulation", _TRAIN): Contract(
-        "check_train_one_epoch",
-        ("accumulation",),
-        ("train_one_epoch(model, loader, optimizer, scheduler, max_norm, accum_steps, device)",),
-    ),
-    ("05_amp", _TRAIN): Contract(
-        "check_train_one_epoch",
-        ("amp",),
-        ("train_one_epoch(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device)",),
-    ),
-    ("06_checkpointing", "save_checkpoint"): Contract(
-        "check_checkpoint",
-        (),
-        (
-            "save_checkpoint(path, model, optimizer, scheduler, scaler, step)",
-            "load_checkpoint(path, model, optimizer, scheduler, scaler)",
-        ),
-    ),
-    ("07_crash_resume", "train_resumable"): Contract(
-        "check_resume",
-        (),
-        (
-            "train_resumable(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, "
-            "on_step=None)",
-        ),
-    ),
-    ("08_stretch", "param_groups"): Contract("check_param_groups", (), ("param_groups(model, weight_decay)",)),
-}
+def contract(notebook_id: str, function_name: str) -> exercises.Exercise:
+    """The exercise whose hidden test ``verify(notebook_id, function_name)`` runs (ValueError when there is none)."""
+    return exercises.find(notebook_id, function_name)
 
 
-def contract(notebook_id: str, function_name: str) -> Contract:
-    try:
-        return CONTRACTS[(notebook_id, function_name)]
-    except KeyError:
-        raise ValueError(
-            f"no hidden test for {function_name!r} in notebook {notebook_id!r}; known: {sorted(CONTRACTS)}"
-        ) from None
-
-
-def _parse_signature(text: str) -> tuple[str, list[str], list[str]]:
-    name, params = text.split("(", 1)
-    names = [p.strip() for p in params.rstrip(")").split(",") if p.strip()]
-    required = [p for p in names if "=" not in p]
-    optional = [p.split("=")[0] for p in names if "=" in p]
-    return name, required, optional
-
-
-def signature_problem(fn, expected: str) -> str | None:
+def signature_problem(fn, expected: exercises.Function) -> str | None:
     """Why ``fn`` cannot be called the way the contract calls it, or None."""
-    name, required, optional = _parse_signature(expected)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return None  # a builtin or C function: let the check call it
     try:
-        sig.bind(*required, **{p: None for p in optional})
+        sig.bind(*expected.params, **{k: None for k in expected.keywords})
     except TypeError as exc:
-        return f"{name} has the wrong signature: it is {name}{sig}, the contract is {expected} ({exc})"
+        return (f"{expected.name} has the wrong signature: it is {expected.name}{sig}, the contract is "
+                f"{expected.call} ({exc})")
     return None
 
 
 def find_functions(notebook_id: str, function_name: str, namespace: dict) -> tuple[list, str | None]:
     """The contract's functions from ``namespace``, or the reason they cannot be checked."""
-    spec = contract(notebook_id, function_name)
     fns = []
-    for expected in spec.signatures:
-        name = expected.split("(", 1)[0]
-        fn = namespace.get(name)
+    for expected in contract(notebook_id, function_name).functions:
+        fn = namespace.get(expected.name)
         if fn is None:
-            return [], (
-                f"{name} is not defined: the cell that defines {name}() must run without errors and keep the name "
-                f"{name} (contract: {expected})"
-            )
+            return [], (f"{expected.name} is not defined: the cell that defines {expected.name}() must run without "
+                        f"errors and keep the name {expected.name} (contract: {expected.call})")
         if not callable(fn):
-            return [], f"{name} is a {type(fn).__name__}, not a function (contract: {expected})"
+            return [], f"{expected.name} is a {type(fn).__name__}, not a function (contract: {expected.call})"
         problem = signature_problem(fn, expected)
         if problem:
             return [], problem
@@ -167,7 +100,7 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
     if checks_module is None:
         from labutils import checks as checks_module
     try:
-        report = getattr(checks_module, spec.check)(*fns, *spec.extra)
+        report = getattr(checks_module, spec.check)(*fns, *spec.check_args)
     except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
         return False, f"{function_name} could not be checked: {type(exc).__name__}: {exc}"
     passed = getattr(report, "passed", None)

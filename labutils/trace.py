@@ -13,6 +13,10 @@ the moment of ``optimizer.step()``. Reading the source would reject correct loop
 - clipping is seen inside ``torch.nn.utils.clip_grad``, the module that ``clip_grad_norm_`` looks its helpers up in at
   call time, so ``torch.nn.utils.clip_grad_norm_``, ``nn.utils.clip_grad_norm_`` and ``from torch.nn.utils import
   clip_grad_norm_`` look the same;
+- each backward keeps what it added to ``.grad`` (the gradient before and after it), so a check can judge the gradient
+  of every micro-batch on its own, whatever was left in ``.grad`` before;
+- ``devices=True`` records the devices the loop's own code moves tensors to (``Tensor.to``, seen from outside torch
+  and labutils), so a loop that ignores its ``device`` argument shows even on a machine with only a CPU;
 - the hooks only read and copy, and everything is put back on exit: parameters come out bit-identical.
 """
 
@@ -117,16 +121,18 @@ class Tracer:
     ``torch.save`` / ``torch.load`` / ``os.replace`` / ``os.rename`` (these are module functions, so they are patched
     for the duration), and after each of them whether the paths in ``watch`` exist. ``forbidden`` names functions
     as ``"module:attr"``: calling one, by any reference, raises :class:`ReferenceCalled`. ``max_events`` stops a
-    run that never ends with :class:`TooManyEvents`.
+    run that never ends with :class:`TooManyEvents`. ``outputs=True`` keeps each forward's output (``data["out"]``);
+    ``devices=True`` records in :attr:`moves` every device the loop's code moved a tensor to.
     """
 
     def __init__(self, model=None, optimizer=None, scheduler=None, scaler=None, *, files: bool = False,
-                 watch=(), forbidden=(), max_events: int | None = None):
+                 watch=(), forbidden=(), max_events: int | None = None, outputs: bool = False, devices: bool = False):
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.params = [p for p in model.parameters() if p.requires_grad] if model is not None else []
         self.files, self.watch, self.forbidden = files, [Path(w) for w in watch], tuple(forbidden)
-        self.max_events = max_events
+        self.max_events, self.outputs, self.devices = max_events, outputs, devices
         self.events: list[Event] = []
+        self.moves: list[torch.device] = []  # devices the loop's own code moved tensors to, in order
         self.steps = 0  # optimizer steps completed
         self._undo: list = []
         self._backward: Event | None = None  # the backward pass being recorded, if any
@@ -169,6 +175,11 @@ class Tracer:
                                 "inference": torch.is_inference_mode_enabled(), "autocast": autocast,
                                 "n": len(x) if isinstance(x, torch.Tensor) and x.ndim else 0}, {"x": x})
 
+    def _after_forward(self, module, args, output):
+        forwards = [e for e in self.events[-1:] if e.kind == "forward"]
+        if forwards and isinstance(output, torch.Tensor):
+            forwards[0].data["out"] = output.detach().clone()
+
     def _on_grad(self, index: int, grad):
         """Runs when backward has computed this parameter's gradient, just before adding it to ``.grad``."""
         if self._backward is None or index in self._seen:
@@ -177,11 +188,15 @@ class Tracer:
         backward = self._backward
         self._seen.add(index)
         current = self.params[index].grad
-        if backward.info["fresh"] and current is not None and bool(current.any()):
+        if current is not None and bool(current.any()):
             backward.info["fresh"] = False  # something was left in .grad: this backward accumulates onto it
+            backward.data.setdefault("before", {})[index] = current.detach().clone()
 
     def _after_accumulate(self, index: int, param) -> None:
-        self._raw[index] = param.grad.detach().clone()  # before any unscale_/clip touches it in place
+        grad = param.grad.detach().clone()  # before any unscale_/clip touches it in place
+        self._raw[index] = grad
+        if self._backward is not None:
+            self._backward.data.setdefault("after", {})[index] = grad
 
     # --- optimizer ---------------------------------------------------------------------------------------------------
 
@@ -238,7 +253,23 @@ class Tracer:
         self.record("scaler_update")
         return original(*args, **kwargs)
 
-    # --- module functions: clipping and files ------------------------------------------------------------------------
+    # --- module functions: clipping, files, devices -------------------------------------------------------------------
+
+    def _to(self, original):
+        own = tuple(str(Path(m).parent) + os.sep for m in (torch.__file__, __file__))  # torch/, labutils/
+
+        def to(tensor, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if not caller.startswith(own):  # torch's and the lab's own .to() calls are not the loop's choice
+                try:
+                    device = torch._C._nn._parse_to(*args, **kwargs)[0]
+                except (TypeError, RuntimeError):
+                    device = None
+                if device is not None:
+                    self.moves.append(device)
+            return original(tensor, *args, **kwargs)
+
+        return to
 
     def _clip_with_norm(self, original):
         def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
@@ -340,6 +371,8 @@ class Tracer:
         model, optimizer = self.model, self.optimizer
         if model is not None:
             handles.append(model.register_forward_pre_hook(self._on_forward))
+            if self.outputs:
+                handles.append(model.register_forward_hook(self._after_forward))
             for i, p in enumerate(self.params):
                 handles.append(p.register_hook(functools.partial(self._on_grad, i)))
                 handles.append(p.register_post_accumulate_grad_hook(functools.partial(self._after_accumulate, i)))
@@ -356,6 +389,8 @@ class Tracer:
         if hasattr(clip_grad_module, "_clip_grads_with_norm_"):  # torch >= 2.6; older: clipping is judged by values
             self._set_attr(clip_grad_module, "_clip_grads_with_norm_",
                            self._clip_with_norm(clip_grad_module._clip_grads_with_norm_))
+        if self.devices:
+            self._set_attr(torch.Tensor, "to", self._to(torch.Tensor.to))
         if self.files:
             self._set_attr(torch, "save", self._file_op(torch.save, "save", "torch.save"))
             self._set_attr(torch, "load", self._file_op(torch.load, "load", "torch.load"))

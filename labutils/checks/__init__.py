@@ -15,13 +15,14 @@ check_param_groups, show_trace, CheckReport.
 
 The modules, shared parts first, then one per exercise in the order of the lab:
 
-- ``world``: the tiny data and model, the contracts; ``calling``: running the student's function safely;
-  ``report``: CheckReport, Failure, the trace beside the expected order.
+- ``world``: the tiny data and model (the contracts are in :mod:`labutils.exercises`); ``calling``: running the
+  student's function safely; ``report``: CheckReport, Failure, the trace beside the expected order.
 - ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in
   ``train_order``, ``train_amp`` and ``train_values``; ``evaluate`` (01); ``checkpointing`` (06); ``resumable`` (07);
   ``param_groups`` (08); ``show``: show_trace.
 """
 
+from ..exercises import TRAIN_EXERCISES
 from .calling import SimulatedCrash
 from .checkpointing import check_checkpoint
 from .evaluate import check_evaluate
@@ -31,7 +32,7 @@ from .report import CheckReport, Failure
 from .resumable import check_resume
 from .show import show_trace
 from .train import check_train_one_epoch
-from .world import FORBIDDEN, TRAIN_EXERCISES
+from .world import FORBIDDEN
 
 __all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "check_checkpoint",
            "check_evaluate", "check_normalize", "check_param_groups", "check_resume", "check_train_one_epoch",

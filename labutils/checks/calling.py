@@ -19,7 +19,7 @@ import torch
 
 from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
 from .report import CheckReport, Failure
-from .world import CONTRACTS, NOTEBOOKS
+from .. import exercises
 
 
 class SimulatedCrash(BaseException):
@@ -95,10 +95,10 @@ def _reference_failure(name: str, reference: str) -> Failure:
                    f"exercise is to write this part yourself. Replace the call with your own code.")
 
 
-def _check_signature(report: CheckReport, fn, name: str, contract: str, keywords=()) -> bool:
+def _check_signature(report: CheckReport, fn, exercise: str, name: str | None = None) -> bool:
     """Can ``fn`` be called the way the contract calls it? Says which parameter is missing when it cannot."""
-    params = CONTRACTS[contract]
-    wanted = f"{name}({', '.join(params + tuple(f'{k}=None' for k in keywords))})"
+    contract = exercises.function(exercise, name)
+    name, params, keywords, wanted = contract.name, contract.params, contract.keywords, contract.call
     if not callable(fn):
         report.failures.append(Failure("signature", f"{name} is a {type(fn).__name__}, not a function: define "
                                                     f"def {wanted}:"))
@@ -116,8 +116,8 @@ def _check_signature(report: CheckReport, fn, name: str, contract: str, keywords
             missing = list(params[len(theirs):]) or list(keywords)
         what = f"is missing {', '.join(missing)}" if missing else "takes different parameters"
         report.failures.append(Failure("signature", f"{name}({', '.join(sig.parameters)}) {what}: the "
-                                                    f"{NOTEBOOKS[contract]} contract is {wanted}. Use that exact "
-                                                    f"parameter list, in that order."))
+                                                    f"{exercises.get(exercise).notebook} contract is {wanted}. Use "
+                                                    "that exact parameter list, in that order."))
         return False
     if sorted(theirs[: len(params)]) == sorted(params) and theirs[: len(params)] != list(params):
         report.failures.append(Failure("signature", f"{name}({', '.join(theirs)}) has the contract's parameters in "

@@ -250,8 +250,8 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     names = [s for s, _, _ in CKPT_STAGES]
     report = CheckReport("save_checkpoint / load_checkpoint (06_checkpointing)",
                          ["signature", "uses_reference"] + names)
-    ok = _check_signature(report, save_fn, "save_checkpoint", "save_checkpoint")
-    if not (_check_signature(report, load_fn, "load_checkpoint", "load_checkpoint") and ok):
+    ok = _check_signature(report, save_fn, "checkpoint", "save_checkpoint")
+    if not (_check_signature(report, load_fn, "checkpoint", "load_checkpoint") and ok):
         return report
     forbidden = FORBIDDEN["checkpoint"]
     with _isolated(), tempfile.TemporaryDirectory() as tmp:

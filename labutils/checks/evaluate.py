@@ -155,7 +155,7 @@ def check_evaluate(fn) -> CheckReport:
     """Run ``fn`` (evaluate(model, loader, device) -> (loss, accuracy)) on tiny data with an uneven last batch."""
     names = [s for s, _, _ in EVAL_STAGES]
     report = CheckReport("evaluate (01_baseline)", ["signature", "uses_reference"] + names)
-    if not _check_signature(report, fn, "evaluate", "evaluate"):
+    if not _check_signature(report, fn, "evaluate"):
         return report
     with _isolated():
         view = _run_evaluate(fn)

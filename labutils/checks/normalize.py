@@ -16,7 +16,7 @@ from .world import FORBIDDEN, SEED, _images
 def check_normalize(fn) -> CheckReport:
     """``normalize_images(images)``: uint8 (N, 28, 28) -> float32 (N, 1, 28, 28), ``(images / 255 - MEAN) / STD``."""
     report = CheckReport("normalize_images (00_data_tour)", ["signature", "uses_reference", "return_value", "values"])
-    if not _check_signature(report, fn, "normalize_images", "normalize"):
+    if not _check_signature(report, fn, "normalize"):
         return report
     images = _images(6, SEED)
     images[0, 0, :2] = torch.tensor([0, 255], dtype=torch.uint8)  # both ends of the range

@@ -17,7 +17,7 @@ def check_param_groups(fn) -> CheckReport:
     """``param_groups(model, weight_decay)``: AdamW groups, decay on conv/linear weights, 0.0 on every ndim <= 1."""
     report = CheckReport("param_groups (08_stretch)", ["signature", "uses_reference", "return_value", "coverage",
                                                         "weight_decay"])
-    if not _check_signature(report, fn, "param_groups", "param_groups"):
+    if not _check_signature(report, fn, "param_groups"):
         return report
     with _isolated():
         torch.manual_seed(SEED)

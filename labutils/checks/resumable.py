@@ -181,7 +181,7 @@ def check_resume(train_fn) -> CheckReport:
     the third run must continue after the last checkpoint and end bit-identical to the first."""
     names = [s for s, _, _ in RESUME_STAGES]
     report = CheckReport("train_resumable (07_crash_resume)", ["signature", "uses_reference"] + names)
-    if not _check_signature(report, train_fn, "train_resumable", "resume", keywords=("on_step",)):
+    if not _check_signature(report, train_fn, "resume"):
         return report
     images = _images(R_IMAGES, SEED)
     labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(SEED))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ..exercises import TRAIN_EXERCISES, get
 from ..trace import format_events
 from .calling import _exception_failure, _isolated
 from .evaluate import _run_evaluate
 from .train_run import _run_train, _train_case
-from .world import NOTEBOOKS, TRAIN_EXERCISES
 
 
 def show_trace(fn, exercise: str = "baseline", steps: int | None = 2) -> None:
@@ -21,7 +21,7 @@ def show_trace(fn, exercise: str = "baseline", steps: int | None = 2) -> None:
             events, run, title, ends = view.run.events, view.run, "evaluate", []
         elif exercise in TRAIN_EXERCISES:
             view = _run_train(fn, _train_case(exercise))
-            events, run, title = view.events, view.run, f"train_one_epoch ({NOTEBOOKS[exercise]})"
+            events, run, title = view.events, view.run, f"train_one_epoch ({get(exercise).notebook})"
             ends = [view.span(k)[1] for k in range(1, len(view.steps) + 1)]  # where each step's events end
         else:
             raise ValueError(f"exercise={exercise!r} is unknown: use one of {', '.join(TRAIN_EXERCISES)}, evaluate")

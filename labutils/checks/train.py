@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..exercises import TRAIN_EXERCISES, get
 from .calling import _check_signature, _exception_failure, _isolated, _reference_failure
 from .report import CheckReport, _run_stages
 from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
@@ -9,7 +10,6 @@ from .train_order import (_st_accumulation, _st_batches, _st_grad_enabled, _st_o
                           _st_zero_grad)
 from .train_run import TrainView, _run_train, _train_case
 from .train_values import _st_clip, _st_gradient, _st_mean_loss, _st_norms, _st_return_value
-from .world import NOTEBOOKS, TRAIN_EXERCISES
 
 TRAIN_STAGES = (
     ("return_value", _st_return_value, ()),
@@ -66,9 +66,9 @@ def check_train_one_epoch(fn, exercise: str = "baseline") -> CheckReport:
     if exercise not in TRAIN_EXERCISES:
         raise ValueError(f"exercise={exercise!r} is unknown: use one of {', '.join(TRAIN_EXERCISES)}")
     applicable = EXERCISE_STAGES[exercise]
-    report = CheckReport(f"train_one_epoch ({NOTEBOOKS[exercise]})",
+    report = CheckReport(f"train_one_epoch ({get(exercise).notebook})",
                          ["signature", "uses_reference"] + [s for s, _, _ in TRAIN_STAGES if s in applicable])
-    if not _check_signature(report, fn, "train_one_epoch", exercise):
+    if not _check_signature(report, fn, exercise):
         return report
     with _isolated():
         view = _run_train(fn, _train_case(exercise))

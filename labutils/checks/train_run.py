@@ -11,11 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LinearLR
 
+from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, global_norm
 from .calling import Run, _call
 from .report import _beside
-from .world import (ACCUM, AMP_DTYPE, BATCH, CLIP_FRACTION, CONTRACTS, DEVICE, FORBIDDEN, INIT_SCALE, LR, MAX_EVENTS,
+from .world import (ACCUM, AMP_DTYPE, BATCH, CLIP_FRACTION, DEVICE, FORBIDDEN, INIT_SCALE, LR, MAX_EVENTS,
                     N_TRAIN, SEED, _crafted_labels, _images, _match, _tiny_model)
 
 
@@ -38,7 +39,7 @@ class TrainCase:
         values = {"model": self.model, "loader": self.loader, "optimizer": self.optimizer,
                   "scheduler": self.scheduler, "max_norm": self.max_norm, "accum_steps": self.accum_steps,
                   "scaler": self.scaler, "amp_dtype": self.amp_dtype, "device": DEVICE}
-        return tuple(values[name] for name in CONTRACTS[self.exercise])
+        return tuple(values[name] for name in exercises.function(self.exercise).params)
 
     @property
     def windows(self) -> list[int]:

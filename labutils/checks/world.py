@@ -1,7 +1,7 @@
-"""The tiny world every check runs in: constants, the contracts, and a few dozen random images for a tiny SmallCNN.
+"""The tiny world every check runs in: constants and a few dozen random images for a tiny SmallCNN.
 
 Everything is seeded, so a check sees the same data and weights every time, and small enough that a whole check runs
-in about a second on a laptop.
+in about a second on a laptop. The contracts themselves are in :mod:`labutils.exercises`.
 """
 
 from __future__ import annotations
@@ -22,25 +22,6 @@ LOGIT_GAIN = 20.0  # wider logits: losses differ a lot between samples, so avera
 CLIP_FRACTION = 0.25  # max_norm is a quarter of the smallest step gradient: every step must clip
 AMP_DTYPE = torch.bfloat16  # what CPU autocast supports
 INIT_SCALE = 2.0**16  # a large loss scale: clipping before unscale_ is off by a factor of 65536
-TRAIN_EXERCISES = ("baseline", "scheduler", "clipping", "accumulation", "amp")
-NOTEBOOKS = {"normalize": "00_data_tour", "baseline": "01_baseline", "evaluate": "01_baseline",
-             "scheduler": "02_scheduler", "clipping": "03_clipping", "accumulation": "04_accumulation",
-             "amp": "05_amp", "checkpoint": "06_checkpointing", "resume": "07_crash_resume",
-             "param_groups": "08_stretch"}
-# the positional parameters of each contract (docs/exercises.md), in order
-CONTRACTS = {
-    "normalize": ("images",),
-    "baseline": ("model", "loader", "optimizer", "device"),
-    "scheduler": ("model", "loader", "optimizer", "scheduler", "device"),
-    "clipping": ("model", "loader", "optimizer", "scheduler", "max_norm", "device"),
-    "accumulation": ("model", "loader", "optimizer", "scheduler", "max_norm", "accum_steps", "device"),
-    "amp": ("model", "loader", "optimizer", "scheduler", "max_norm", "scaler", "amp_dtype", "device"),
-    "evaluate": ("model", "loader", "device"),
-    "save_checkpoint": ("path", "model", "optimizer", "scheduler", "scaler", "step"),
-    "load_checkpoint": ("path", "model", "optimizer", "scheduler", "scaler"),
-    "resume": ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every", "device"),
-    "param_groups": ("model", "weight_decay"),
-}
 # the lab's own implementations a graded function must not hand its work to ("module:function")
 FORBIDDEN = {
     "train": ("labutils.reference.loop:train_one_epoch", "labutils.reference.loop:fit",

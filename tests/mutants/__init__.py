@@ -12,24 +12,13 @@ import inspect
 import re
 from typing import NamedTuple
 
-from labutils import checks
+from labutils import checks, exercises
 
 from . import buggy as b
 from . import correct as c
 
-# exercise -> the contract's function name(s), in the order check_* takes them
-CONTRACT_NAMES = {
-    "normalize": ("normalize_images",),
-    "baseline": ("train_one_epoch",),
-    "scheduler": ("train_one_epoch",),
-    "clipping": ("train_one_epoch",),
-    "accumulation": ("train_one_epoch",),
-    "amp": ("train_one_epoch",),
-    "evaluate": ("evaluate",),
-    "checkpoint": ("save_checkpoint", "load_checkpoint"),
-    "resume": ("train_resumable",),
-    "param_groups": ("param_groups",),
-}
+# exercise -> the contract's function name(s), in the order check_* takes them (derived from the registry)
+CONTRACT_NAMES = {e.id: tuple(f.name for f in e.functions) for e in exercises.EXERCISES}
 
 
 class Variant(NamedTuple):
@@ -179,13 +168,8 @@ VARIANTS = CORRECT + BUGGY
 
 def run_check(variant: Variant) -> checks.CheckReport:
     """The labutils check the autograder runs for this variant's exercise."""
-    fns = variant.functions
-    if variant.exercise in checks.TRAIN_EXERCISES:
-        return checks.check_train_one_epoch(fns[0], variant.exercise)
-    check = {"normalize": checks.check_normalize, "evaluate": checks.check_evaluate,
-             "checkpoint": checks.check_checkpoint, "resume": checks.check_resume,
-             "param_groups": checks.check_param_groups}[variant.exercise]
-    return check(*fns)
+    exercise = exercises.get(variant.exercise)
+    return getattr(checks, exercise.check)(*variant.functions, *exercise.check_args)
 
 
 def source(variant: Variant) -> str:

@@ -1,0 +1,377 @@
+"""The lab's exercises, written once: every graded function's contract, the check that judges it, the arguments it
+must honour, and its graded properties with their points.
+
+Everything else is derived from here: the checks' signatures and the values they vary arguments over
+(:mod:`labutils.checks`), the autograder's hidden tests (``autograder.hidden``), the mutant corpus's names, the
+notebooks' graded cells (one per property, ``grade_id`` from :meth:`Exercise.grade_id`), the grader's task order
+(:func:`grading_cost`), pytest's per-lab markers, and the tables of ``docs/exercises.md``
+(``python -m labutils.exercises --write docs/exercises.md``; a test fails when the file differs).
+
+A property names the failure ids (``Failure.check``) that cost its points; the rule for a property that another
+property's failure keeps from being judged is in :mod:`labutils.checks.properties`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# plain data only (no torch import): the grader reads this file too
+GRADER_ENV = "LOOPLAB_HIDDEN_TESTS"  # "external": the grader re-runs every hidden test outside the student's kernel
+
+
+@dataclass(frozen=True)
+class Function:
+    """One graded function: how it is called (positional ``params``, then keyword ``keywords`` defaulting to None),
+    what it returns, and what it must do."""
+
+    name: str
+    params: tuple[str, ...]
+    returns: str
+    contract: str  # one Markdown paragraph
+    keywords: tuple[str, ...] = ()
+
+    @property
+    def signature(self) -> inspect.Signature:
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(p, kind) for p in self.params] +
+                                 [inspect.Parameter(k, kind, default=None) for k in self.keywords])
+
+    @property
+    def call(self) -> str:
+        """``train_one_epoch(model, loader, optimizer, device)``: how callers call it."""
+        return f"{self.name}({', '.join(self.params + tuple(f'{k}=None' for k in self.keywords))})"
+
+    def __str__(self) -> str:
+        return f"{self.call} -> {self.returns}"
+
+
+@dataclass(frozen=True)
+class Argument:
+    """An argument the function must honour: the check runs it with ``values[0]``, then once more with ``values[1]``
+    (everything else unchanged); a function that ignores it fails ``property``."""
+
+    name: str
+    values: tuple
+    property: str
+    about: str = ""  # what a value means when it is not the argument itself (e.g. "how many images")
+
+
+@dataclass(frozen=True)
+class Property:
+    """One graded test: ``title`` completes "Check that ...", ``checks`` are the failure ids that cost its points."""
+
+    id: str
+    points: float
+    title: str
+    checks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str  # what the checks call it: check_train_one_epoch(fn, "accumulation"), show_trace(fn, "accumulation")
+    notebook: str
+    functions: tuple[Function, ...]
+    check: str  # the labutils.checks function that judges it
+    check_args: tuple  # its arguments after the student's function(s)
+    arguments: tuple[Argument, ...]
+    properties: tuple[Property, ...]
+
+    @property
+    def name(self) -> str:
+        """The name its graded tests carry: the function's, or "checkpoint" for the save/load pair."""
+        return self.functions[0].name if len(self.functions) == 1 else self.id
+
+    @property
+    def points(self) -> float:
+        return sum(p.points for p in self.properties)
+
+    def property(self, property_id: str) -> Property:
+        for p in self.properties:
+            if p.id == property_id:
+                return p
+        raise ValueError(f"{self.name} ({self.notebook}) has no graded property {property_id!r}; its properties: "
+                         f"{', '.join(p.id for p in self.properties)}")
+
+    def grade_id(self, property_id: str) -> str:
+        return f"test_{self.name}_{self.property(property_id).id}"
+
+    def argument(self, name: str) -> Argument:
+        return next(a for a in self.arguments if a.name == name)
+
+    def defaults(self) -> dict:
+        """The value of every honoured argument in the check's main run."""
+        return {a.name: a.values[0] for a in self.arguments}
+
+    def owner(self, check: str) -> list[Property]:
+        """The properties a failure with this id costs."""
+        return [p for p in self.properties if check in p.checks]
+
+
+@dataclass(frozen=True)
+class Notebook:
+    id: str
+    cost: float  # grading time relative to 01_baseline (measured): the grader starts the slowest first
+
+
+# --- the contracts ---------------------------------------------------------------------------------------------------
+
+_TRAIN = ("model", "loader", "optimizer")
+_EPOCH = "one pass over `loader`"
+
+
+def _device(prop: str) -> Argument:
+    return Argument("device", ("cpu", "cpu:0"), prop, "a device string, with and without an index")
+
+
+def _max_norm(prop: str) -> Argument:
+    return Argument("max_norm", (1.37, 0.73), prop)  # not 1.0 or 2.0, the lab's own thresholds
+
+_AMP_DTYPE = Argument("amp_dtype", ("bfloat16", "float16"), "autocast", "the torch dtype of that name")
+
+# failure ids of the loop taught in lab 1, of what train_one_epoch returns, and of the scheduler (lab 2)
+_LOOP = ("train_mode", "grad_enabled", "batches", "order", "zero_grad", "gradient", "softmax", "device")
+_RETURNS = ("return_value", "mean_loss", "per_sample")
+_SCHEDULER = ("scheduler", "scheduler_order")
+
+
+def _train(exercise, notebook, params, returns, contract, arguments, properties) -> Exercise:
+    fn = Function("train_one_epoch", _TRAIN + params + ("device",), returns, contract)
+    return Exercise(exercise, notebook, (fn,), "check_train_one_epoch", (exercise,), arguments, properties)
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise("normalize", "00_data_tour", (Function(
+        "normalize_images", ("images",), "torch.Tensor",
+        "uint8 (N, 28, 28) -> float32 (N, 1, 28, 28): `(images / 255 - MEAN) / STD`; the input is left unchanged"),),
+        "check_normalize", (),
+        (Argument("images", (6, 11), "shape_dtype", "how many images (N)"),),
+        (Property("shape_dtype", 1, "normalize_images returns a float32 tensor of shape (N, 1, 28, 28) for N images",
+                  ("return_value",)),
+         Property("values", 1, "normalize_images computes (images / 255 - MEAN) / STD and leaves its input alone",
+                  ("values",)))),
+    _train("baseline", "01_baseline", (), "float",
+           f"{_EPOCH}; per batch: clear grads, forward, loss, backward, step; returns mean training loss; puts the "
+           "model in train mode at the start",
+           (_device("steps"),),
+           (Property("train_mode", 1, "train_one_epoch puts the model in train mode before training",
+                     ("train_mode",)),
+            Property("steps", 1, "train_one_epoch clears, backpropagates and steps once per batch, on every batch",
+                     ("grad_enabled", "batches", "order", "zero_grad", "device")),
+            Property("gradient", 1, "train_one_epoch steps with the gradient of the batch's mean cross-entropy",
+                     ("gradient", "softmax")),
+            Property("mean_loss", 1, "train_one_epoch returns the epoch's per-sample mean loss as a float",
+                     _RETURNS))),
+    Exercise("evaluate", "01_baseline", (Function(
+        "evaluate", ("model", "loader", "device"), "tuple[float, float]",
+        "(mean per-sample loss, accuracy in [0, 1]); eval mode + `no_grad`/`inference_mode`; leaves the model in "
+        "train mode afterwards"),), "check_evaluate", (),
+        (_device("loss"),),
+        (Property("eval_mode", 1, "evaluate runs every forward in eval mode", ("eval_mode",)),
+         Property("no_grad", 1, "evaluate runs its forwards without autograd (no_grad or inference_mode)",
+                  ("no_grad",)),
+         Property("loss", 0.5, "evaluate returns the per-sample mean loss over every batch of the loader",
+                  ("return_value", "loss", "per_sample", "softmax", "batches", "device")),
+         Property("accuracy", 0.5, "evaluate returns the per-sample accuracy as a fraction in [0, 1]",
+                  ("return_value", "accuracy")),
+         Property("restore_mode", 1, "evaluate leaves the model in train mode afterwards", ("restore_mode",)))),
+    _train("scheduler", "02_scheduler", ("scheduler",), "float",
+           "as 01, plus `scheduler.step()` once after every `optimizer.step()`",
+           (_device("loop"),),
+           (Property("loop", 1, "train_one_epoch keeps lab 1's loop: order, gradient, mean loss",
+                     _LOOP + _RETURNS),
+            Property("scheduler_order", 1, "train_one_epoch calls scheduler.step() after optimizer.step(), not "
+                                           "before", ("scheduler_order",)),
+            Property("scheduler_every_step", 1, "train_one_epoch steps the scheduler exactly once per optimizer "
+                                                "step", ("scheduler",)))),
+    _train("clipping", "03_clipping", ("scheduler", "max_norm"), "tuple[float, list[float]]",
+           "as 02, plus `clip_grad_norm_(model.parameters(), max_norm)` between backward and step; returns (mean "
+           "loss, pre-clip global norm of every optimizer step as floats)",
+           (_max_norm("clip"), _device("loop")),
+           (Property("loop", 1, "train_one_epoch keeps lab 2's loop: order, gradient, scheduler, mean loss",
+                     _LOOP + _RETURNS + _SCHEDULER),
+            Property("clip", 1, "train_one_epoch clips the gradient's global norm to max_norm between backward and "
+                                "step", ("clip",)),
+            Property("norms", 1, "train_one_epoch returns the pre-clip norm of every optimizer step as floats",
+                     ("norms",)))),
+    _train("accumulation", "04_accumulation", ("scheduler", "max_norm", "accum_steps"), "tuple[float, list[float]]",
+           "loss divided by `accum_steps`; one clip + optimizer step + scheduler step per `accum_steps` micro-batches; "
+           "a trailing partial group is stepped too (scaled by 1/its size, or by 1/accum_steps as Lightning does); one "
+           "norm per optimizer step",
+           (Argument("accum_steps", (2, 3), "window"), _max_norm("loop"), _device("loop")),
+           (Property("loss_divided", 1, "train_one_epoch divides each micro-batch's loss by accum_steps",
+                     ("loss_divided",)),
+            Property("window", 1, "train_one_epoch accumulates accum_steps micro-batches into each optimizer step",
+                     ("accumulation",)),
+            Property("trailing", 0.5, "train_one_epoch also steps the trailing partial window", ("trailing",)),
+            Property("scheduler", 0.5, "train_one_epoch steps the scheduler once per optimizer step, not per "
+                                       "micro-batch", _SCHEDULER),
+            Property("returns", 0.5, "train_one_epoch returns the unscaled mean loss and one pre-clip norm per step",
+                     _RETURNS + ("norms",)),
+            Property("loop", 0.5, "train_one_epoch keeps lab 3's loop: train mode, every batch, clearing, clipping",
+                     _LOOP + ("clip",)))),
+    _train("amp", "05_amp", ("scheduler", "max_norm", "scaler", "amp_dtype"), "tuple[float, list[float]]",
+           "forward and loss under `torch.autocast(device_type, dtype=amp_dtype)`; `scaler` is a "
+           "`torch.amp.GradScaler` or `None`; with a scaler: `scaler.scale(loss).backward()`, "
+           "`scaler.unscale_(optimizer)`, clip, `scaler.step(optimizer)`, `scaler.update()`, `scheduler.step()`; "
+           "without: plain backward and step; norms are of the unscaled gradients",
+           (_AMP_DTYPE, _max_norm("loop"), _device("loop")),
+           (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
+                                    "given", ("autocast",)),
+            Property("scaler", 1, "train_one_epoch scales the loss and steps through scaler.step and scaler.update",
+                     ("scale", "scaler_step", "scaler_update")),
+            Property("unscale", 1, "train_one_epoch calls scaler.unscale_(optimizer) before clipping", ("unscale",)),
+            Property("scaler_none", 0.5, "train_one_epoch also trains with scaler=None (plain backward and step)",
+                     ("scaler_none",)),
+            Property("loop", 0.5, "train_one_epoch keeps lab 3's loop: order, gradient, clipping, norms, scheduler",
+                     _LOOP + _RETURNS + _SCHEDULER + ("clip", "norms")))),
+    Exercise("checkpoint", "06_checkpointing", (
+        Function("save_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler", "step"), "None",
+                 "atomic (temp file in the same folder, then `os.replace`); holds model, optimizer, scheduler, scaler "
+                 "(`None` allowed), step and RNG state (`labutils.checkpoint.capture_rng_state()`); loadable with "
+                 "`torch.load(weights_only=True)`"),
+        Function("load_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler"), "int",
+                 "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`); returns the "
+                 "step")),
+        "check_checkpoint", (),
+        (Argument("step", (37, 1205), "return_step"),
+         Argument("path", ("step-000037.pt", "run-b/last.ckpt"), "complete", "a Path, then a str in a sub-folder")),
+        (Property("atomic", 1, "save_checkpoint writes a temp file beside the checkpoint, then os.replace",
+                  ("atomic",)),
+         Property("complete", 1, "save_checkpoint saves every part (model to RNG), loadable with weights_only=True",
+                  ("loadable", "contents")),
+         Property("restore", 1, "load_checkpoint restores every part: training on matches the run that never stopped",
+                  ("restore", "exact_resume")),
+         Property("return_step", 1, "load_checkpoint returns the saved step as an int", ("return_value",)),
+         Property("scaler_none", 1, "save_checkpoint and load_checkpoint also work with scaler=None",
+                  ("scaler_none",)))),
+    Exercise("resume", "07_crash_resume", (Function(
+        "train_resumable", ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every",
+                            "device"), "int",
+        "resumes from the newest checkpoint in `ckpt_dir` if any (`labutils.checkpoint.latest_checkpoint`, "
+        "`restore_checkpoint`), continues in the middle of the epoch (`labutils.data.set_position(train_loader, "
+        "epoch, start_batch)`), saves `ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps "
+        "(`labutils.checkpoint.save_checkpoint`), calls `on_step(step, loss)` after every optimizer step (after the "
+        "save; `loss` is that step's mean training loss as a float), returns the final global step",
+        ("on_step",)),), "check_resume", (),
+        (Argument("save_every", (3, 5), "saves"), Argument("epochs", (2, 3), "loop"),
+         _device("loop")),
+        (Property("saves", 1, "train_resumable saves step-{step:06d}.pt every save_every steps, before on_step",
+                  ("save_every",)),
+         Property("resumes", 1, "train_resumable restarts from the step of the newest checkpoint", ("resume_step",)),
+         Property("mid_epoch", 1, "train_resumable continues in the middle of the epoch, with the same batches",
+                  ("mid_epoch",)),
+         Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",)),
+         Property("loop", 1, "train_resumable trains the given epochs, calls on_step after every step, returns the "
+                             "final step", ("on_step", "epochs", "return_value", "device")))),
+    Exercise("param_groups", "08_stretch", (Function(
+        "param_groups", ("model", "weight_decay"), "list[dict]",
+        "AdamW parameter groups: `weight_decay` on weights of conv/linear layers, 0.0 on biases and normalisation "
+        "parameters (every parameter with `ndim <= 1`); every trainable parameter exactly once"),),
+        "check_param_groups", (),
+        (Argument("weight_decay", (0.037, 0.0123), "decay"),),
+        (Property("coverage", 1, "param_groups puts every trainable parameter in exactly one group",
+                  ("return_value", "coverage")),
+         Property("decay", 1, "param_groups decays conv and linear weights by the weight_decay it is given",
+                  ("return_value", "weight_decay")),
+         Property("no_decay", 1, "param_groups sets weight_decay=0.0 on biases and normalisation parameters",
+                  ("return_value", "no_decay")))),
+)
+
+# measured with benchmarks/bench_grading.py once grading stopped at the last test cell (medians of 8 students)
+NOTEBOOKS: tuple[Notebook, ...] = (
+    Notebook("00_data_tour", 1.2), Notebook("01_baseline", 1.0), Notebook("02_scheduler", 0.75),
+    Notebook("03_clipping", 1.0), Notebook("04_accumulation", 0.6), Notebook("05_amp", 0.8),
+    Notebook("06_checkpointing", 0.75), Notebook("07_crash_resume", 0.85), Notebook("08_stretch", 0.8),
+)
+TRAIN_EXERCISES = tuple(e.id for e in EXERCISES if e.check == "check_train_one_epoch")
+
+
+def get(exercise_id: str) -> Exercise:
+    for e in EXERCISES:
+        if e.id == exercise_id:
+            return e
+    raise ValueError(f"exercise={exercise_id!r} is unknown: use one of {', '.join(e.id for e in EXERCISES)}")
+
+
+def find(notebook_id: str, function_name: str) -> Exercise:
+    """The exercise of ``notebook_id`` that grades ``function_name`` (either function of the checkpoint pair)."""
+    for e in EXERCISES:
+        if e.notebook == notebook_id and function_name in (f.name for f in e.functions):
+            return e
+    known = sorted((e.notebook, f.name) for e in EXERCISES for f in e.functions)
+    raise ValueError(f"no hidden test for {function_name!r} in notebook {notebook_id!r}; known: {known}")
+
+
+def function(exercise_id: str, name: str | None = None) -> Function:
+    """The exercise's graded function called ``name`` (its only one when None)."""
+    fns = get(exercise_id).functions
+    return fns[0] if name is None else next(f for f in fns if f.name == name)
+
+
+def of_notebook(notebook_id: str) -> list[Exercise]:
+    return [e for e in EXERCISES if e.notebook == notebook_id]
+
+
+def grading_cost(notebook_id: str) -> float:
+    """Relative time to grade one student's ``notebook_id`` (01_baseline = 1; an unknown notebook counts 1)."""
+    return next((n.cost for n in NOTEBOOKS if n.id == notebook_id), 1.0)
+
+
+def lab_marker(notebook_id: str) -> str:
+    """The pytest marker of a notebook's tests: "lab04" for 04_accumulation."""
+    return f"lab{notebook_id[:2]}"
+
+
+# --- docs/exercises.md ---------------------------------------------------------------------------------------------
+
+_BEGIN, _END = "<!-- BEGIN GENERATED by `python -m labutils.exercises --write docs/exercises.md` -->", \
+    "<!-- END GENERATED -->"
+
+
+def _points(x: float) -> str:
+    return f"{x:g}"
+
+
+def _value(value) -> str:
+    return f"`{value!r}`"
+
+
+def markdown() -> str:
+    """The generated part of docs/exercises.md: the contracts, the arguments the checks vary, the graded tests."""
+    lines = ["| notebook | function | contract |", "|---|---|---|"]
+    lines += [f"| {e.notebook} | `{f}` | {f.contract} |" for e in EXERCISES for f in e.functions]
+    return "\n".join([_BEGIN, *lines, _END])
+
+
+def render_docs(text: str) -> str:
+    """``text`` (docs/exercises.md) with its generated part replaced by :func:`markdown`."""
+    pattern = re.compile(re.escape(_BEGIN) + r".*?" + re.escape(_END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no generated part ({_BEGIN} ... {_END}) in the file")
+    return pattern.sub(lambda _: markdown(), text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Check or rewrite the generated tables of docs/exercises.md.")
+    parser.add_argument("path", type=Path, nargs="?", default=Path("docs/exercises.md"))
+    parser.add_argument("--write", action="store_true", help="rewrite the file instead of checking it")
+    args = parser.parse_args(argv)
+    text = args.path.read_text()
+    fresh = render_docs(text)
+    if args.write:
+        args.path.write_text(fresh)
+        return 0
+    if fresh != text:
+        print(f"{args.path} differs from the exercise registry: run python -m labutils.exercises --write {args.path}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

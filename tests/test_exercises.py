@@ -1,0 +1,95 @@
+"""The exercise registry (labutils/exercises.py) is the one definition of every contract: the checks, the hidden
+tests, the mutant corpus and docs/exercises.md agree with it."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import hidden
+from labutils import checks, exercises
+from tests import mutants
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "exercises.md"
+# each exercise's autograded points before the split into properties (issue 10): the total must not change
+POINTS = {"normalize": 2, "baseline": 4, "evaluate": 4, "scheduler": 3, "clipping": 3, "accumulation": 4, "amp": 4,
+          "checkpoint": 5, "resume": 5, "param_groups": 3}
+
+
+def test_docs_agree_with_the_registry():
+    assert exercises.render_docs(DOCS.read_text()) == DOCS.read_text(), \
+        "docs/exercises.md differs from the registry: run python -m labutils.exercises --write docs/exercises.md"
+    for e in exercises.EXERCISES:
+        for f in e.functions:
+            assert f"| {e.notebook} | `{f}` | {f.contract} |" in DOCS.read_text()
+
+
+def test_the_docs_command_fails_on_a_stale_file(tmp_path):
+    stale = tmp_path / "exercises.md"
+    stale.write_text(DOCS.read_text().replace("param_groups(model, weight_decay)", "param_groups(model)"))
+    command = [sys.executable, "-m", "labutils.exercises", str(stale)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1 and "differs from the exercise registry" in result.stderr
+    assert subprocess.run(command + ["--write"], cwd=ROOT).returncode == 0
+    assert stale.read_text() == DOCS.read_text()
+
+
+def test_registry_shape():
+    assert {e.id: e.points for e in exercises.EXERCISES} == POINTS
+    assert [n.id for n in exercises.NOTEBOOKS] == sorted(p.stem for p in (ROOT / "solutions/loop_lab").glob("*.ipynb"))
+    for e in exercises.EXERCISES:
+        assert callable(getattr(checks, e.check)), e.check
+        assert e.notebook in {n.id for n in exercises.NOTEBOOKS}
+        assert len({p.id for p in e.properties}) == len(e.properties)
+        for a in e.arguments:
+            assert len(set(map(repr, a.values))) >= 2, f"{e.id}: {a.name} must be varied over two values"
+            assert a.property in {p.id for p in e.properties}
+    assert checks.TRAIN_EXERCISES == ("baseline", "scheduler", "clipping", "accumulation", "amp")
+
+
+def test_lookups_fail_loudly():
+    assert exercises.find("06_checkpointing", "load_checkpoint").id == "checkpoint"
+    assert exercises.find("01_baseline", "evaluate").id == "evaluate"
+    with pytest.raises(ValueError, match="no hidden test for 'nope'"):
+        exercises.find("01_baseline", "nope")
+    with pytest.raises(ValueError, match="exercise='nope' is unknown"):
+        exercises.get("nope")
+    with pytest.raises(ValueError, match="has no graded property 'nope'"):
+        exercises.get("accumulation").property("nope")
+
+
+def test_grading_cost_orders_the_notebooks():
+    assert exercises.grading_cost("01_baseline") == 1.0 and exercises.grading_cost("99_unknown") == 1.0
+    assert max((n.id for n in exercises.NOTEBOOKS), key=exercises.grading_cost) == "00_data_tour"
+
+
+def test_signatures_come_from_the_registry():
+    resume = exercises.function("resume")
+    assert str(resume.signature) == ("(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, "
+                                     "device, on_step=None)")
+    for variant in mutants.CORRECT:
+        e = exercises.get(variant.exercise)
+        for fn, contract in zip(variant.functions, e.functions):
+            assert hidden.signature_problem(fn, contract) is None, variant.name
+            inspect.signature(fn).bind(*contract.params)
+
+    def two_args(model, loader):
+        pass
+
+    problem = hidden.signature_problem(two_args, exercises.function("baseline"))
+    assert "the contract is train_one_epoch(model, loader, optimizer, device)" in problem
+
+
+def test_the_grader_side_does_not_import_torch():
+    code = "import sys, labutils.exercises; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_mutant_names_come_from_the_registry():
+    assert mutants.CONTRACT_NAMES["checkpoint"] == ("save_checkpoint", "load_checkpoint")
+    assert set(mutants.CONTRACT_NAMES) == {e.id for e in exercises.EXERCISES}

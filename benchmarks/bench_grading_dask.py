@@ -10,7 +10,9 @@ On one machine the two runs share the same cores, so the difference is the Dask 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import statistics
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,16 @@ def grade(submissions: Path, out: Path, *extra: str) -> tuple[float, str]:
     return seconds, proc.stderr
 
 
+def task_seconds(out: Path) -> dict[str, float]:
+    """Median seconds per notebook of a task inside its worker (the JSON's ``timings.total_s``)."""
+    seconds: dict[str, list[float]] = {}
+    for record in out.glob("*.json"):
+        for nb, info in json.loads(record.read_text()).get("notebooks", {}).items():
+            if info.get("timings", {}).get("total_s") is not None:
+                seconds.setdefault(nb, []).append(info["timings"]["total_s"])
+    return {nb: statistics.median(v) for nb, v in sorted(seconds.items())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=4)
@@ -67,6 +79,10 @@ def main() -> None:
         print(f"dask {args.workers} workers: {dask_s:6.1f} s  {60 * n / dask_s:5.2f} students/min  (workers' zygotes "
               f"warm {warm.group(1) if warm else '?'} s after the gradebook; cluster start {cluster_s:.1f} s, "
               "not counted)")
+        local_t, dask_t = task_seconds(tmp / "local"), task_seconds(tmp / "dask")
+        print("median seconds per task inside its worker (local / dask):")
+        for nb in local_t:
+            print(f"  {nb:18} {local_t[nb]:6.1f} / {dask_t.get(nb, float('nan')):6.1f}")
         print(f"grades.csv identical: {same}")
         if not same:
             sys.exit(1)

@@ -29,14 +29,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import report
+from typing import TYPE_CHECKING
+
 from .channel import ExtraFile, Result, RunConfig, Task
 from .course import ASSIGNMENT, database_url, prepare_tools, sqlite_url
 from .handout import REPO_ROOT
 from .progress import Progress, fmt as _fmt
 from .pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
-from .release import generate_gradebook
-from .submissions import Submission, discover
+
+if TYPE_CHECKING:
+    from .submissions import Submission
+# nbgrader, nbconvert and nbformat (report, release, submissions) are imported where they are used: seconds of
+# imports that would otherwise run before the executor starts its zygote and workers
 
 
 @dataclass
@@ -180,6 +184,9 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
 
 def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path) -> Plan:
     """The gradebooks (a template for the tasks, the real one for the results), the submissions, the tasks."""
+    from .release import generate_gradebook
+    from .submissions import discover
+
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     template_db = work / "template" / "gradebook.db"
@@ -237,6 +244,8 @@ def _new_sqlite_file(db_url: str) -> Path | None:
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
             started: float, say=None) -> RunResult:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
+    from . import report
+
     out = the_plan.out
     timings = the_plan.timings
     t0 = time.monotonic()
@@ -248,6 +257,10 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(outcome.feedback, target)
             outcome.feedback = str(target)
+    from .formgrader import write_course
+
+    for note in write_course(the_plan, outcomes):  # OUT becomes the nbgrader course: formgrader, export
+        (say or log)(note)
     problems = list(problems) + [f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}"
                                  for o in outcomes.values() if o.status == "error"]
     result = RunResult(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,

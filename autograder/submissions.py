@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from .course import ASSIGNMENT
 MAX_EXTRA_BYTES = 50 * 1024 * 1024  # data files a student may hand in beside the notebooks
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.@+-]")
@@ -46,6 +44,8 @@ def student_id(name: str) -> str:
 
 def check_notebook(path: Path) -> str | None:
     """Why ``path`` cannot be graded (empty, not JSON, not a v4 notebook), or None if it can."""
+    import nbformat  # here, not at the top: the CLI imports SubmissionsError before grading starts its processes
+
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

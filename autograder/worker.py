@@ -17,7 +17,6 @@ from pathlib import Path
 from . import channel
 from .channel import Result, RunConfig, Task, WorkerReady
 from .course import prepare_tools
-from .task import grade_task  # nbgrader and nbconvert: imported while the parent is still preparing
 from .zygote_client import connect
 
 
@@ -26,12 +25,14 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    prepare_tools()
+    from .task import grade_task  # nbgrader and nbconvert: imported while the parent is still preparing
+
     requests = os.fdopen(os.dup(0), "rb")
     try:
         run = channel.receive(requests, RunConfig)
     except EOFError:
         return  # the parent had nothing for us
-    prepare_tools()
     os.environ["JUPYTER_RUNTIME_DIR"] = str(Path(run.work_dir) / f"runtime-{os.getpid()}")
     zygote = connect(run)
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))

@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster: its scheduler, e.g. "
                    "tcp://HOST:8786 (workers started with --nthreads 1; -j is then unused). Default: this machine")
 
+    e = sub.add_parser("export", help="write every student's total (autograded and hand-graded points) from the "
+                       "nbgrader course grade left in OUT, with nbgrader's CSV export")
+    e.add_argument("--out", type=Path, required=True, help="the folder `grade --out` wrote (the course)")
+    e.add_argument("--to", type=Path, help="the CSV to write (default: OUT/nbgrader_export.csv)")
+
     h = sub.add_parser("handout", help="zip what students receive: notebooks/, labutils without the reference loop")
     h.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. dist/loop_lab.zip")
     return parser
@@ -73,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths:
             print(path)
         print(f"released {len(paths)} notebook(s)", file=sys.stderr)
+        return 0
+    if args.command == "export":
+        from .formgrader import export_grades
+
+        try:
+            dest = export_grades(args.out, args.to)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {dest}", file=sys.stderr)
         return 0
     if args.command == "handout":
         from .handout import build_handout

@@ -257,6 +257,10 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(outcome.feedback, target)
             outcome.feedback = str(target)
+    from .formgrader import write_course
+
+    for note in write_course(the_plan, outcomes):  # OUT becomes the nbgrader course: formgrader, export
+        (say or log)(note)
     problems = list(problems) + [f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}"
                                  for o in outcomes.values() if o.status == "error"]
     result = RunResult(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,

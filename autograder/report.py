@@ -15,7 +15,10 @@ CSV_FIELDS = ("student", "notebook", "score", "max_score")
 
 
 def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
-    """Write every student's autograded scores into the gradebook; missing or ungradable notebooks score 0."""
+    """Write every student's autograded scores into the gradebook; missing or ungradable notebooks score 0.
+
+    A score given by hand (formgrader's manual_score, on a written answer or overriding a test) stands when the
+    class is graded again: the cell is not flagged for grading by hand a second time."""
     import warnings
 
     from nbgrader.api import Gradebook
@@ -33,7 +36,7 @@ def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], o
                 for grade in submission.grades:
                     test = tests.get(grade.name)
                     grade.auto_score = test["auto_score"] if test else 0.0
-                    grade.needs_manual_grade = bool(test and test["needs_manual_grade"])
+                    grade.needs_manual_grade = grade.manual_score is None and bool(test and test["needs_manual_grade"])
             gb.db.commit()
 
 
@@ -110,8 +113,22 @@ def student_record(result, student: str, test_max: dict) -> dict:
     }
 
 
+# A check's verdict is one long line (what went wrong, then the fix): wrapped, its end stays on the page
+FEEDBACK_CSS = '<style id="looplab-feedback">pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>'
+
+
+def style_feedback(path: Path) -> None:
+    """Add :data:`FEEDBACK_CSS` to one feedback page (once)."""
+    html = path.read_text(encoding="utf-8")
+    if 'id="looplab-feedback"' not in html and "</head>" in html:
+        path.write_text(html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1), encoding="utf-8")
+
+
 def write_all(result, db_url: str) -> None:
     out = result.out
+    for outcome in result.outcomes.values():
+        if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
+            style_feedback(Path(outcome.feedback))
     rows, test_max = _gradebook_rows(db_url, result.students, result.notebooks)
     with open(out / "grades.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)

@@ -1,0 +1,116 @@
+"""The nbgrader course a grading run leaves in OUT: what formgrader and nbgrader's own commands open.
+
+After ``python -m autograder grade SUBMISSIONS --out OUT``, OUT is an nbgrader course::
+
+    OUT/nbgrader_config.py               the course (its root is this folder, wherever it is moved; its gradebook)
+    OUT/gradebook.db                     the gradebook (unless --db named another)
+    OUT/source/loop_lab/, release/...    the assignment as nbgrader generated it
+    OUT/submitted/<student>/loop_lab/    what each student handed in
+    OUT/autograded/<student>/loop_lab/   the notebooks as graded (outputs, hidden tests): what formgrader shows
+
+so ``jupyter lab`` started in OUT opens it in formgrader (Nbgrader > Formgrader) with every submission and its
+autograded scores, written answers are scored by hand there, and :func:`export_grades` (``python -m autograder
+export --out OUT``) writes every student's total, manual points included. Grading again keeps the manual scores
+(:func:`autograder.report.store_in_gradebook`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .course import ASSIGNMENT, COURSE_ID, sqlite_url
+
+CONFIG_NAME = "nbgrader_config.py"
+EXPORT_NAME = "nbgrader_export.csv"  # grades.csv is the autograder's own (autograded points per notebook)
+
+_CONFIG = '''\
+# Written by `python -m autograder grade`: this folder is an nbgrader course. Start `jupyter lab` here and open
+# Nbgrader > Formgrader to grade the written answers; `python -m autograder export --out .` writes the totals.
+import os
+
+c = get_config()  # noqa: F821 (given by traitlets)
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = {course_id!r}
+c.CourseDirectory.db_url = {db_url}
+'''
+
+
+def config_text(out: Path, db_url: str) -> str:
+    """``nbgrader_config.py`` for the course at ``out``; the default gradebook is named relative to the file."""
+    if db_url == sqlite_url(Path(out) / "gradebook.db"):
+        db = '"sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")'
+    else:
+        db = repr(db_url)
+    return _CONFIG.format(course_id=COURSE_ID, db_url=db)
+
+
+def autograded_notebook(work_dir: Path, task_id: str, student: str, notebook: str) -> Path:
+    """Where :func:`autograder.task.grade_task` left a task's autograded notebook (its private course folder)."""
+    return Path(work_dir) / "tasks" / task_id / "course" / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
+
+
+def write_course(the_plan, outcomes: dict) -> list[str]:
+    """Make ``the_plan.out`` the nbgrader course of this run (its gradebook is already written). Returns notes: the
+    submissions whose autograded notebook was not available here (a remote worker's), shown as submitted."""
+    out = Path(the_plan.out)
+    template = Path(the_plan.run.template_db).parent  # release.generate_gradebook's course: source/ and release/
+    for folder in ("source", "release"):
+        if (template / folder / ASSIGNMENT).is_dir():
+            shutil.copytree(template / folder / ASSIGNMENT, out / folder / ASSIGNMENT, dirs_exist_ok=True)
+    (out / CONFIG_NAME).write_text(config_text(out, the_plan.db_url))
+    task_ids = {(t.student, t.notebook): t.id for t in the_plan.tasks}
+    notes = []
+    for sub in the_plan.submissions:
+        submitted = out / "submitted" / sub.student / ASSIGNMENT
+        autograded = out / "autograded" / sub.student / ASSIGNMENT
+        for folder in (submitted, autograded):
+            if folder.exists():  # a new submission replaces the old one entirely (a notebook may be gone)
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+        for nb, path in sub.notebooks.items():
+            shutil.copyfile(path, submitted / f"{nb}.ipynb")
+        for extra in sub.extra_files:
+            target = submitted / extra["name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(extra["path"], target)
+        for nb in sub.notebooks:
+            outcome = outcomes.get((sub.student, nb))
+            if outcome is None or outcome.status != "graded" or (sub.student, nb) not in task_ids:
+                continue
+            graded = autograded_notebook(the_plan.run.work_dir, task_ids[(sub.student, nb)], sub.student, nb)
+            if graded.exists():
+                shutil.copyfile(graded, autograded / f"{nb}.ipynb")
+            else:  # graded on another machine: formgrader shows the notebook as handed in, without outputs
+                shutil.copyfile(sub.notebooks[nb], autograded / f"{nb}.ipynb")
+                notes.append(f"{sub.student}/{nb}: formgrader shows the submitted notebook (no outputs): the graded "
+                             "one stayed on its worker")
+    return notes
+
+
+def load_config(course: Path):
+    """The traitlets ``Config`` of the course at ``course`` (its ``nbgrader_config.py``)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    path = Path(course) / CONFIG_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: grade into {course} first (python -m autograder grade "
+                                f"SUBMISSIONS --out {course})")
+    return PyFileConfigLoader(CONFIG_NAME, path=str(Path(course).resolve())).load_config()
+
+
+def export_grades(course: Path, dest: Path | None = None) -> Path:
+    """nbgrader's CSV export of the course's gradebook (one row per student and assignment: its score, autograded
+    and manual points together, and its maximum) to ``dest`` (default ``COURSE/nbgrader_export.csv``)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins.export import CsvExportPlugin
+
+    from .course import database_url, prepare_tools
+
+    prepare_tools()
+    config = load_config(course)
+    dest = Path(dest or Path(course) / EXPORT_NAME).resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with Gradebook(database_url(config.CourseDirectory.db_url), config.CourseDirectory.course_id) as gb:
+        CsvExportPlugin(to=str(dest)).export(gb)
+    return dest

@@ -1,0 +1,113 @@
+"""What ``python -m autograder grade`` leaves in OUT is an nbgrader course (autograder/formgrader.py): formgrader's
+own API lists every submission with its autograded score, a written answer scored by hand the way formgrader saves it
+is in ``python -m autograder export``, and grading the class again (a late submission came in) keeps that score.
+
+The class is the browser tests' tiny one (tests/browser/grading.py): alice correct, bob with the zero_grad bug.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+try:
+    from browser.grading import ANSWER_ID, NOTEBOOK, REPO, grade, grade_class, submission
+except ImportError:
+    from tests.browser.grading import ANSWER_ID, NOTEBOOK, REPO, grade, grade_class, submission
+
+ASSIGNMENT = "loop_lab"
+AUTOGRADED = {"alice": 8.0, "bob": 4.0}  # 01_baseline: evaluate 4 + train_one_epoch 4 (bob's fails); the rest is 0
+MANUAL_POINTS = 1.0  # bob's written answer, scored by hand
+
+
+def formgrader_api(course: Path):
+    """nbgrader's NbGraderAPI on the course, as formgrader builds it (from the folder's nbgrader_config.py)."""
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def score_by_hand(course: Path, student: str, grade_id: str, points: float) -> None:
+    """What formgrader's PUT /formgrader/api/grade/<id> does with a score typed into a cell's box."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        grade_row = gb.find_grade(grade_id, NOTEBOOK, ASSIGNMENT, student)
+        grade_row.manual_score = points
+        grade_row.needs_manual_grade = False
+        gb.db.commit()
+
+
+def export(course: Path, dest: Path) -> dict[str, float]:
+    """``python -m autograder export``: student -> the assignment's score."""
+    proc = subprocess.run([sys.executable, "-m", "autograder", "export", "--out", course, "--to", dest], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(dest, newline="") as f:
+        return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f) if row["assignment"] == ASSIGNMENT}
+
+
+def needs_manual_grade(course: Path, student: str) -> bool:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return gb.find_grade(ANSWER_ID, NOTEBOOK, ASSIGNMENT, student).needs_manual_grade
+
+
+@pytest.mark.slow
+def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_path):
+    graded = grade_class(tmp_path / "class")
+    course = graded.out
+    for path in ("nbgrader_config.py", "gradebook.db", f"source/{ASSIGNMENT}/{NOTEBOOK}.ipynb",
+                 f"submitted/bob/{ASSIGNMENT}/{NOTEBOOK}.ipynb", f"autograded/bob/{ASSIGNMENT}/{NOTEBOOK}.ipynb"):
+        assert (course / path).exists(), path
+
+    api = formgrader_api(course)
+    listed = {s["student"]: s for s in api.get_notebook_submissions(ASSIGNMENT, NOTEBOOK)}
+    assert {s: listed[s]["score"] for s in listed} == AUTOGRADED
+    assert all(listed[s]["needs_manual_grade"] for s in listed)  # both wrote an answer: a person grades it
+    assert export(course, tmp_path / "export-0.csv") == AUTOGRADED
+
+    score_by_hand(course, "bob", ANSWER_ID, MANUAL_POINTS)
+    assert export(course, tmp_path / "export-1.csv")["bob"] == AUTOGRADED["bob"] + MANUAL_POINTS
+
+    late = graded.submissions / "carol"  # a late submission: the class is graded again
+    late.mkdir()
+    nbformat.write(submission("alice"), late / f"{NOTEBOOK}.ipynb")
+    proc = grade(graded.submissions, graded.out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported = export(course, tmp_path / "export-2.csv")
+    assert exported == {**AUTOGRADED, "bob": AUTOGRADED["bob"] + MANUAL_POINTS, "carol": AUTOGRADED["alice"]}
+    assert not needs_manual_grade(course, "bob"), "bob's answer, graded by hand, is flagged again"
+    assert needs_manual_grade(course, "alice") and needs_manual_grade(course, "carol")
+    assert (course / f"autograded/carol/{ASSIGNMENT}/{NOTEBOOK}.ipynb").exists()
+    assert len(formgrader_api(course).get_notebook_submissions(ASSIGNMENT, NOTEBOOK)) == 3
+
+
+def test_the_course_config_follows_the_folder(tmp_path):
+    """nbgrader_config.py names its folder and gradebook relative to itself: a course moved elsewhere still opens."""
+    from autograder.formgrader import config_text, load_config
+
+    (tmp_path / "a").mkdir()
+    text = config_text(tmp_path / "a", f"sqlite:///{tmp_path}/a/gradebook.db")
+    (tmp_path / "a" / "nbgrader_config.py").write_text(text)
+    os.rename(tmp_path / "a", tmp_path / "b")
+    config = load_config(tmp_path / "b")
+    assert config.CourseDirectory.root == str(tmp_path / "b")
+    assert config.CourseDirectory.db_url == f"sqlite:///{tmp_path}/b/gradebook.db"
+    assert "postgresql://h/db" in config_text(tmp_path, "postgresql://h/db")
+
+
+def test_export_without_a_course_says_what_to_do(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "autograder", "export", "--out", tmp_path], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "grade into" in proc.stderr

@@ -219,7 +219,7 @@ EXERCISES: tuple[Exercise, ...] = (
            "`torch.amp.GradScaler` or `None`; with a scaler: `scaler.scale(loss).backward()`, "
            "`scaler.unscale_(optimizer)`, clip, `scaler.step(optimizer)`, `scaler.update()`, `scheduler.step()`; "
            "without: plain backward and step; norms are of the unscaled gradients",
-           (_AMP_DTYPE, _max_norm("loop"), _device("loop")),
+           (_AMP_DTYPE, _max_norm("loop")),  # no device: "cpu:0" breaks device_type = "cpu" if device == "cpu" ...
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",)),
             Property("scaler", 1, "train_one_epoch scales the loss and steps through scaler.step and scaler.update",
@@ -258,7 +258,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "(`labutils.checkpoint.save_checkpoint`), calls `on_step(step, loss)` after every optimizer step (after the "
         "save; `loss` is that step's mean training loss as a float), returns the final global step",
         ("on_step",)),), "check_resume", (),
-        (Argument("save_every", (3, 5), "saves"), Argument("epochs", (2, 3), "loop"),
+        (Argument("save_every", (4, 7), "saves"), Argument("epochs", (2, 3), "loop"),
          _device("loop")),
         (Property("saves", 1, "train_resumable saves step-{step:06d}.pt every save_every steps, before on_step",
                   ("save_every",)),
@@ -345,6 +345,13 @@ def markdown() -> str:
     """The generated part of docs/exercises.md: the contracts, the arguments the checks vary, the graded tests."""
     lines = ["| notebook | function | contract |", "|---|---|---|"]
     lines += [f"| {e.notebook} | `{f}` | {f.contract} |" for e in EXERCISES for f in e.functions]
+    lines += ["", "### Arguments a function must honour", "",
+              "Each check runs the function with the first value, then once more with the second (everything else "
+              "unchanged): a function that uses a number of its own instead of the argument fails, and the message "
+              "names the argument and the value it behaved as if it had.", "",
+              "| notebook | function | argument | values |", "|---|---|---|---|"]
+    lines += [f"| {e.notebook} | `{e.functions[0].name}` | `{a.name}`{f' ({a.about})' if a.about else ''} | "
+              f"{', '.join(_value(v) for v in a.values)} |" for e in EXERCISES for a in e.arguments]
     return "\n".join([_BEGIN, *lines, _END])
 
 

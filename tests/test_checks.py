@@ -190,7 +190,7 @@ def _canonical_baseline():
 def test_report_text_and_assert_passed():
     report = check_train_one_epoch(_canonical_baseline(), "baseline")
     assert isinstance(report, CheckReport) and report.passed
-    assert str(report).startswith("✓ train_one_epoch (01_baseline) passed all 10 checks (signature, uses_reference")
+    assert str(report).startswith("✓ train_one_epoch (01_baseline) passed all 11 checks (signature, uses_reference")
     assert repr(report) == str(report) and report.assert_passed() is report
     assert [e.kind for e in report.trace][:4] == ["mode", "zero_grad", "forward", "backward"]
 

@@ -93,3 +93,23 @@ def test_the_grader_side_does_not_import_torch():
 def test_mutant_names_come_from_the_registry():
     assert mutants.CONTRACT_NAMES["checkpoint"] == ("save_checkpoint", "load_checkpoint")
     assert set(mutants.CONTRACT_NAMES) == {e.id for e in exercises.EXERCISES}
+
+
+@pytest.mark.parametrize("exercise", ["clipping", "accumulation", "amp"])
+def test_every_max_norm_clips_every_step(exercise):
+    """The registry's max_norm values sit below every step's gradient norm: a loop that does not clip at max_norm
+    (or clips at a number of its own) changes every step, so the check sees it."""
+    from labutils.checks.train_run import _step_norms, _train_case
+
+    for which in (0, 1):
+        case = _train_case(exercise, which=which)
+        assert case.max_norm == exercises.get(exercise).argument("max_norm").values[which]
+        assert case.max_norm < min(_step_norms(case)) / 2
+
+
+def test_hardcoded_values_are_caught_by_name():
+    """The issue's example: a loop that clips at 2.0 whatever max_norm it gets fails 03 and 05, naming max_norm."""
+    variants = {v.name: v for v in mutants.BUGGY}
+    for name in ("clipping_hardcoded_max_norm", "amp_hardcoded_max_norm"):
+        report = mutants.run_check(variants[name])
+        assert not report.passed and "clipped at 2, not at the max_norm=1.37 it was given" in str(report)

@@ -12,7 +12,7 @@ import numbers
 import random
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ class Run:
     error: BaseException | None = None
     reference: str | None = None  # the lab function it handed its work to, if any
     crashed: bool = False  # our SimulatedCrash came out, as intended
+    moves: list = field(default_factory=list)  # devices its code moved tensors to (a Tracer with devices=True)
 
     @property
     def complete(self) -> bool:
@@ -43,7 +44,7 @@ class Run:
 
 
 def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
-    run = Run(tracer.events)
+    run = Run(tracer.events, moves=tracer.moves)
     with tracer:
         try:
             run.result = fn(*args, **(kwargs or {}))

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LinearLR
 
+from .. import exercises
 from ..checkpoint import compare_states
 from ..data import normalize
 from ..trace import Tracer
@@ -112,7 +113,12 @@ def _find_parts(ckpt, model_keys: set, step: int) -> dict:
     return found
 
 
+_ARGS = exercises.get("checkpoint")
+
+
 @dataclass
+
+
 class CkptCtx:
     path: Path
     save: Run
@@ -124,7 +130,7 @@ class CkptCtx:
     ckpt: object = None
     parts: dict = field(default_factory=dict)
     none_problem: str | None = None
-    step: int = 3
+    step: int = _ARGS.argument("step").values[0]  # not the 3 steps trained: the number saved is the caller's
 
 
 def _ck_atomic(c: CkptCtx):
@@ -244,6 +250,32 @@ def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
     return None
 
 
+def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
+    """Save and load once more with the second step and a str path in a sub-folder: a pair that writes a name or a
+    step of its own shows here."""
+    step, name = (_ARGS.argument(arg).values[1] for arg in ("step", "path"))
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    a = _ckpt_objects(SEED)
+    _train_steps(a, batches)
+    forbidden, given = FORBIDDEN["checkpoint"], f" with step={step}, path={str(path)!r}"
+    save = _call(save_fn, (str(path), a.model, a.optimizer, a.scheduler, a.scaler, step), Tracer(forbidden=forbidden))
+    if save.error is not None:
+        return _exception_failure("save_checkpoint", save_fn, save.error, given)
+    if not path.exists():
+        written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        return Failure("contents", f"save_checkpoint did not write the path={str(path)!r} it was given (the folder "
+                       f"holds {written or 'nothing'}): save to path itself.")
+    b = _ckpt_objects(SEED + 1)
+    load = _call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler), Tracer(forbidden=forbidden))
+    if load.error is not None:
+        return _exception_failure("load_checkpoint", load_fn, load.error, given)
+    if load.result != step:
+        return Failure("return_value", f"load_checkpoint returned {_show(load.result)}, not the step={step} that "
+                       f"save_checkpoint was given: save the step argument and return what was saved.")
+    return None
+
+
 def check_checkpoint(save_fn, load_fn) -> CheckReport:
     """Save mid-training with ``save_fn``, keep training; load into fresh objects with ``load_fn``, train the same
     steps; everything must match bit for bit, and the file must appear atomically."""
@@ -259,7 +291,7 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
         batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]
         a = _ckpt_objects(SEED)
         _train_steps(a, batches[:3])
-        c = CkptCtx(Path(tmp) / "step-000003.pt", save=Run([]), saved=_state_of(a))
+        c = CkptCtx(Path(tmp) / _ARGS.argument("path").values[0], save=Run([]), saved=_state_of(a))
         c.save = _call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
                        Tracer(files=True, watch=[c.path], forbidden=forbidden))
         report.trace = c.save.events
@@ -281,6 +313,8 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
             report.failures.append(_reference_failure("load_checkpoint", c.load.reference))
             return report
         _run_stages(report, CKPT_STAGES, c, names)
-    if c.load.error is not None and not report.failures:
-        report.failures.append(_exception_failure("load_checkpoint", load_fn, c.load.error))
+        if c.load.error is not None and not report.failures:
+            report.failures.append(_exception_failure("load_checkpoint", load_fn, c.load.error))
+        varied = _varied(save_fn, load_fn, batches[:3], Path(tmp) / "varied") if report.passed else None
+    report.failures += [varied] if varied else []
     return report

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
@@ -26,6 +27,7 @@ class EvalView:
     batches: list
     run: Run
     training_after: bool = True
+    device: str = DEVICE
 
     @property
     def forwards(self) -> list[tuple[int, Event]]:
@@ -41,12 +43,13 @@ def _eval_case():
     return model, copy.deepcopy(model), loader
 
 
-def _run_evaluate(fn) -> EvalView:
+def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     model, reference, loader = _eval_case()
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
-    run = _call(fn, (model, loader, DEVICE), Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS))
-    view = EvalView(model, reference, batches, run, model.training)
+    tracer = Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True)
+    run = _call(fn, (model, loader, device), tracer)
+    view = EvalView(model, reference, batches, run, model.training, device)
     for _, event in view.forwards:
         j = _match(event.data["x"], batches)
         if j is not None:
@@ -142,8 +145,17 @@ def _ev_per_sample(v: EvalView):
     return []
 
 
+def _ev_device(v: EvalView):
+    other = next((d for d in v.run.moves if d != torch.device(v.device)), None)
+    if other is not None:
+        return [Failure("device", f"evaluate moved tensors to {str(other)!r}, not to the device={v.device!r} it was "
+                        "given: move each batch with x.to(device), y.to(device).")]
+    return []
+
+
 EVAL_STAGES = (
     ("return_value", _ev_return_value, ()),
+    ("device", _ev_device, ()),
     ("eval_mode", _ev_eval_mode, ()),
     ("no_grad", _ev_no_grad, ()),
     ("restore_mode", _ev_restore_mode, ()),
@@ -166,4 +178,14 @@ def check_evaluate(fn) -> CheckReport:
     _run_stages(report, EVAL_STAGES, view, names)
     if view.run.error is not None and not report.failures:
         report.failures.append(_exception_failure("evaluate", fn, view.run.error))
+    if report.passed:  # the device it must honour, at its second value: a hard-coded device shows here
+        device = exercises.get("evaluate").argument("device").values[1]
+        with _isolated():
+            view = _run_evaluate(fn, device)
+        before = len(report.failures)
+        _run_stages(report, EVAL_STAGES, view, names)
+        if view.run.error is not None and len(report.failures) == before:
+            report.failures.append(_exception_failure("evaluate", fn, view.run.error, f" with device={device!r}"))
+        for failure in report.failures[before:]:
+            failure.message = f"with device={device!r}, " + failure.message
     return report

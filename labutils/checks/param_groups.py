@@ -6,6 +6,7 @@ from collections import Counter
 
 import torch
 
+from .. import exercises
 from ..models import SmallCNN
 from ..trace import Tracer
 from .calling import _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
@@ -22,21 +23,27 @@ def check_param_groups(fn) -> CheckReport:
     with _isolated():
         torch.manual_seed(SEED)
         model = SmallCNN(channels=(2, 4), batchnorm=True)  # conv weights, BN scales and shifts, linear weights, biases
+    for wd in exercises.get("param_groups").argument("weight_decay").values:  # two values: its own number shows
+        if not _judge(report, fn, model, wd):
+            break
+    return report
+
+
+def _judge(report: CheckReport, fn, model, wd: float) -> bool:
     names = {id(p): n for n, p in model.named_parameters()}
-    wd = 0.05
     run = _call(fn, (model, wd), Tracer(forbidden=FORBIDDEN["param_groups"]))
     if run.reference is not None:
         report.failures.append(_reference_failure("param_groups", run.reference))
-        return report
+        return False
     if run.error is not None:
         report.failures.append(_exception_failure("param_groups", fn, run.error))
-        return report
+        return False
     groups = run.result
     if not (isinstance(groups, (list, tuple)) and groups and all(isinstance(g, dict) and "params" in g
                                                                  for g in groups)):
         report.failures.append(Failure("return_value", f"param_groups returned {_show(groups)}; the contract returns "
                                        "a list of dicts, each with a 'params' list (and a 'weight_decay')."))
-        return report
+        return False
     groups = [{**g, "params": list(g["params"])} for g in groups]  # a generator can be read only once
     seen = Counter(id(p) for g in groups for p in g["params"])
     twice = [names.get(i, "?") for i, c in seen.items() if c > 1]
@@ -48,18 +55,23 @@ def check_param_groups(fn) -> CheckReport:
     if coverage:
         report.failures.append(Failure("coverage", coverage + ": every trainable parameter must be in exactly one "
                                                               "group."))
-        return report
+        return False
     default = torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).defaults["weight_decay"]
     for group in groups:
         decay = group.get("weight_decay", default)
         for p in group["params"]:
             want = 0.0 if p.ndim <= 1 else wd
-            if decay != want:
+            if decay == want:
+                continue
+            if p.ndim > 1 and decay != 0.0:
+                message = (f"param_groups decayed {names[id(p)]} by {decay}, not by the weight_decay={wd} it was "
+                           "given: use the weight_decay argument in the decayed group.")
+            else:
                 why = ("a bias or normalisation parameter (ndim <= 1) must not be decayed" if p.ndim <= 1 else
                        f"conv/linear weights get weight_decay={wd}")
                 unset = ("" if "weight_decay" in group else
                          f" (the group sets none, so AdamW uses its default {default})")
-                report.failures.append(Failure("weight_decay", f"{names[id(p)]} has weight_decay={decay}{unset}: "
-                                                               f"{why}."))
-                return report
-    return report
+                message = f"{names[id(p)]} has weight_decay={decay}{unset}: {why}."
+            report.failures.append(Failure("weight_decay", message))
+            return False
+    return True

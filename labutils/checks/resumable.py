@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch.optim.lr_scheduler import LinearLR
 
+from .. import exercises
 from ..checkpoint import compare_states
 from ..data import make_loader, set_position
 from ..trace import Tracer
@@ -20,20 +21,22 @@ from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_f
 from .report import CheckReport, Failure, _run_stages
 from .world import BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
-R_IMAGES, R_EPOCHS, R_SAVE_EVERY, R_CRASH_AT = 44, 2, 4, 10  # 6 batches/epoch, 12 steps; crash mid-epoch 2
+_ARGS = exercises.get("resume")
+R_EPOCHS, R_SAVE_EVERY = (_ARGS.argument(name).values[0] for name in ("epochs", "save_every"))
+R_IMAGES, R_CRASH_AT = 44, 10  # 6 batches/epoch, 12 steps; crash mid-epoch 2
 
 
 class _OnStep:
     """The on_step callback: records the steps, whether each due checkpoint existed, and crashes when told."""
 
-    def __init__(self, ckpt_dir: Path, crash_at: int | None = None):
-        self.ckpt_dir, self.crash_at = ckpt_dir, crash_at
+    def __init__(self, ckpt_dir: Path, crash_at: int | None = None, save_every: int = R_SAVE_EVERY):
+        self.ckpt_dir, self.crash_at, self.save_every = ckpt_dir, crash_at, save_every
         self.steps: list = []
         self.missing: list[int] = []  # due checkpoints that did not exist when on_step was called
 
     def __call__(self, step, *args, **kwargs):
         self.steps.append(step)
-        if isinstance(step, int) and step % R_SAVE_EVERY == 0:
+        if isinstance(step, int) and step % self.save_every == 0:
             if not (self.ckpt_dir / f"step-{step:06d}.pt").exists():
                 self.missing.append(step)
         if step == self.crash_at:
@@ -65,12 +68,47 @@ def _resume_objects(images, labels):
     return model, optimizer, scheduler, loader
 
 
-def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep):
+def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
     model, optimizer, scheduler, loader = _resume_objects(images, labels)
-    args = (model, optimizer, scheduler, loader, R_EPOCHS, str(ckpt_dir), R_SAVE_EVERY, DEVICE)
-    tracer = Tracer(model, optimizer, scheduler, forbidden=FORBIDDEN["resume"], max_events=MAX_EVENTS)
+    args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
+    tracer = Tracer(model, optimizer, scheduler, forbidden=FORBIDDEN["resume"], max_events=MAX_EVENTS, devices=True)
     run = _call(fn, args, tracer, {"on_step": log})
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+
+def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
+    """One more uninterrupted run with the second value of every argument it must honour: a train_resumable that
+    uses numbers of its own (save every 4 steps, 2 epochs, "cpu") shows here."""
+    epochs, save_every, device = (_ARGS.argument(name).values[1] for name in ("epochs", "save_every", "device"))
+    given = f"with epochs={epochs}, save_every={save_every}, device={device!r}, "
+    ckpt_dir = tmp / "varied"
+    ckpt_dir.mkdir()
+    log = _OnStep(ckpt_dir, save_every=save_every)
+    run, _ = _resume_run(fn, images, labels, ckpt_dir, log, epochs, device)
+    if not run.complete:
+        return [_exception_failure("train_resumable", fn, run.error, " " + given[:-2])] if run.error else []
+    total = epochs * math.ceil(R_IMAGES / BATCH)
+    if log.steps != list(range(1, total + 1)):
+        as_if = len(log.steps) // math.ceil(R_IMAGES / BATCH)
+        return [Failure("epochs", f"{given}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
+                        f"{as_if}, not the epochs={epochs} it was given ({total} steps): loop over range(epochs).")]
+    numbers = (p.stem.split("-")[-1] for p in ckpt_dir.glob("step-*.pt"))
+    saved = sorted(int(n) for n in numbers if n.isdigit())
+    if log.missing or any(s % save_every for s in saved):
+        odd = [s for s in saved if s % save_every] or saved
+        every = odd[0] if odd else None
+        as_if = f"as if save_every={every}, " if every else ""
+        return [Failure("save_every", f"{given}train_resumable saved {', '.join(f'step-{s:06d}.pt' for s in saved[:3])}"
+                        f"{' ...' if len(saved) > 3 else ''}: {as_if}not the save_every={save_every} it was given. "
+                        "Save when step % save_every == 0.", every)]
+    other = next((d for d in run.moves if d != torch.device(device)), None)
+    if other is not None:
+        return [Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device={device!r} it "
+                        "was given: move each batch with .to(device).")]
+    if run.result != total:
+        return [Failure("return_value", f"{given}train_resumable returned {_show(run.result)}; the contract returns "
+                        f"the final global step ({total} here).")]
+    return []
 
 
 def _rs_on_step(c: ResumeCtx):
@@ -180,7 +218,8 @@ def check_resume(train_fn) -> CheckReport:
     """Run ``train_fn`` (train_resumable) uninterrupted; again, crashing mid-epoch; then once more with fresh objects:
     the third run must continue after the last checkpoint and end bit-identical to the first."""
     names = [s for s, _, _ in RESUME_STAGES]
-    report = CheckReport("train_resumable (07_crash_resume)", ["signature", "uses_reference"] + names)
+    report = CheckReport("train_resumable (07_crash_resume)", ["signature", "uses_reference"] + names +
+                         ["epochs", "device"])
     if not _check_signature(report, train_fn, "resume"):
         return report
     images = _images(R_IMAGES, SEED)
@@ -212,6 +251,9 @@ def check_resume(train_fn) -> CheckReport:
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
                     epoch_batches, R_EPOCHS * len(epoch_batches[0]))
     _run_stages(report, RESUME_STAGES, ctx, names)
+    if report.passed:
+        with _isolated(), tempfile.TemporaryDirectory() as tmp:
+            report.failures += _varied(train_fn, images, labels, Path(tmp))
     if not report.failures:
         for run, when in runs:
             if run.error is not None:

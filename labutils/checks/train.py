@@ -6,8 +6,8 @@ from ..exercises import TRAIN_EXERCISES, get
 from .calling import _check_signature, _exception_failure, _isolated, _reference_failure
 from .report import CheckReport, _run_stages
 from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
-from .train_order import (_st_accumulation, _st_batches, _st_grad_enabled, _st_order, _st_scheduler, _st_train_mode,
-                          _st_zero_grad)
+from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
+                          _st_train_mode, _st_zero_grad)
 from .train_run import TrainView, _run_train, _train_case
 from .train_values import _st_clip, _st_gradient, _st_mean_loss, _st_norms, _st_return_value
 
@@ -16,6 +16,7 @@ TRAIN_STAGES = (
     ("train_mode", _st_train_mode, ()),
     ("grad_enabled", _st_grad_enabled, ()),
     ("autocast", _st_autocast, ()),
+    ("device", _st_device, ()),
     ("batches", _st_batches, ("grad_enabled",)),
     ("order", _st_order, ("grad_enabled",)),
     ("zero_grad", _st_zero_grad, ("order",)),
@@ -30,7 +31,8 @@ TRAIN_STAGES = (
     ("norms", _st_norms, ("return_value", "clip")),
     ("mean_loss", _st_mean_loss, ("return_value", "gradient", "batches")),
 )
-_COMMON = ("return_value", "train_mode", "grad_enabled", "batches", "order", "zero_grad", "gradient", "mean_loss")
+_COMMON = ("return_value", "train_mode", "grad_enabled", "device", "batches", "order", "zero_grad", "gradient",
+           "mean_loss")
 _SCALER = ("scale", "unscale", "scaler_step", "scaler_update")
 EXERCISE_STAGES = {
     "baseline": _COMMON,
@@ -74,6 +76,10 @@ def check_train_one_epoch(fn, exercise: str = "baseline") -> CheckReport:
         view = _run_train(fn, _train_case(exercise))
         report.trace = view.events
         _analyse_train(report, fn, view, applicable)
+        if report.passed:  # the arguments it must honour, at their second values: its own numbers would show here
+            case = _train_case(exercise, which=1)
+            given = ", ".join(f"{a.name}={getattr(case, a.name)!r}" for a in get(exercise).arguments)
+            _analyse_train(report, fn, _run_train(fn, case), applicable, f"with {given}, ")
         if exercise == "amp" and report.passed:  # the contract also allows scaler=None: plain backward and step
             no_scaler = _run_train(fn, _train_case(exercise, with_scaler=False))
             _analyse_train(report, fn, no_scaler, set(applicable) - set(_SCALER), "with scaler=None, ")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import torch
+
 from .report import Failure
 from .train_run import TrainView
 
@@ -32,6 +34,17 @@ def _st_grad_enabled(v: TrainView):
             return [Failure("grad_enabled", f"the forward of batch {event.info.get('batch', '?')} ran under {how}, "
                             "so the loss had no graph to backpropagate through. Run the training forward with "
                             "autograd on (no no_grad/inference_mode around it).", None, v.beside(None, i))]
+    return []
+
+
+def _st_device(v: TrainView):
+    """Every tensor the loop moved went to the ``device`` it was given (a loop that hard-codes "cpu" or "cuda" shows
+    when it is given "cpu:0")."""
+    wanted = torch.device(v.case.device)
+    other = next((d for d in v.run.moves if d != wanted), None)
+    if other is not None:
+        return [Failure("device", f"train_one_epoch moved tensors to {str(other)!r}, not to the device="
+                        f"{v.case.device!r} it was given: move each batch with x.to(device), y.to(device).")]
     return []
 
 
@@ -121,6 +134,13 @@ def _st_accumulation(v: TrainView):
                         f"{len(v.micros)} micro-batches): with accum_steps={accum} it should run once every {accum} "
                         f"micro-batches ({len(expected)} steps). Step only when (i + 1) % accum_steps == 0 or at the "
                         "last batch.", 1, v.beside(1))]
+    if sizes != expected:
+        n = len(v.micros)
+        as_if = next((a for a in range(1, len(v.case.batches) + 1) if a != accum and sizes == _windows(n, a)), None)
+        if as_if is not None:
+            return [Failure("accumulation", f"train_one_epoch stepped every {as_if} micro-batch(es), as if accum_steps="
+                            f"{as_if}, not the accum_steps={accum} it was given: step when (i + 1) % accum_steps == 0 "
+                            "(or at the last batch).", 1, v.beside(1))]
     for k, (size, want) in enumerate(zip(sizes, expected), start=1):
         if size != want:
             return [Failure("accumulation", f"optimizer step {k} took {size} micro-batch(es); with accum_steps="
@@ -129,6 +149,10 @@ def _st_accumulation(v: TrainView):
         return [Failure("accumulation", f"{len(sizes)} optimizer steps for {len(v.micros)} micro-batches; with "
                         f"accum_steps={accum} there should be {len(expected)}.")]
     return []
+
+
+def _windows(n: int, accum: int) -> list[int]:
+    return [min(accum, n - start) for start in range(0, n, accum)]
 
 
 def _st_scheduler(v: TrainView):

@@ -16,7 +16,7 @@ from ..data import make_loader
 from ..trace import Event, Tracer, global_norm
 from .calling import Run, _call
 from .report import _beside
-from .world import (ACCUM, AMP_DTYPE, BATCH, CLIP_FRACTION, DEVICE, FORBIDDEN, INIT_SCALE, LR, MAX_EVENTS,
+from .world import (AMP_DTYPE, BATCH, DEVICE, FORBIDDEN, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
                     N_TRAIN, SEED, _crafted_labels, _images, _match, _tiny_model)
 
 
@@ -33,12 +33,13 @@ class TrainCase:
     max_norm: float | None = None
     accum_steps: int = 1
     amp_dtype: torch.dtype | None = None
+    device: str = DEVICE
 
     @property
     def args(self) -> tuple:
         values = {"model": self.model, "loader": self.loader, "optimizer": self.optimizer,
                   "scheduler": self.scheduler, "max_norm": self.max_norm, "accum_steps": self.accum_steps,
-                  "scaler": self.scaler, "amp_dtype": self.amp_dtype, "device": DEVICE}
+                  "scaler": self.scaler, "amp_dtype": self.amp_dtype, "device": self.device}
         return tuple(values[name] for name in exercises.function(self.exercise).params)
 
     @property
@@ -48,7 +49,10 @@ class TrainCase:
         return [min(k, n - start) for start in range(0, n, k)]
 
 
-def _train_case(exercise: str, with_scaler: bool = True) -> TrainCase:
+def _train_case(exercise: str, with_scaler: bool = True, which: int = 0) -> TrainCase:
+    """The tiny case; ``which`` picks the value of every argument the function must honour (registry: 0 is the
+    main run, 1 the run that shows whether the function used its arguments or numbers of its own)."""
+    values = {a.name: a.values[which] for a in exercises.get(exercise).arguments}
     torch.manual_seed(SEED)
     model = _tiny_model()
     images = _images(N_TRAIN, SEED)
@@ -58,18 +62,18 @@ def _train_case(exercise: str, with_scaler: bool = True) -> TrainCase:
                      torch.optim.SGD(model.parameters(), lr=LR))
     if exercise != "baseline":
         case.scheduler = LinearLR(case.optimizer, start_factor=1.0, end_factor=0.5, total_iters=8)
-    if exercise == "accumulation":
-        case.accum_steps = ACCUM
+    case.accum_steps = values.get("accum_steps", 1)
+    case.max_norm = values.get("max_norm")  # well below every step's gradient norm: every step must clip
+    case.device = values.get("device", DEVICE)
     if exercise == "amp":
-        case.amp_dtype = AMP_DTYPE
-        case.scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE) if with_scaler else None
-    if exercise in ("clipping", "accumulation", "amp"):
-        case.max_norm = _max_norm(case)
+        case.amp_dtype = getattr(torch, values["amp_dtype"])
+        scale = INIT_SCALE if case.amp_dtype == torch.bfloat16 else FP16_SCALE  # float16 overflows at 65504
+        case.scaler = torch.amp.GradScaler("cpu", init_scale=scale) if with_scaler else None
     return case
 
 
-def _max_norm(case: TrainCase) -> float:
-    """A max_norm below every step's gradient norm at the start, so that a missing clip always shows."""
+def _step_norms(case: TrainCase) -> list[float]:
+    """Every step's gradient norm at the start (the registry's max_norm values must be below all of them)."""
     params = [p.detach().clone() for p in case.reference.parameters()]
     norms, start = [], 0
     for size in case.windows:
@@ -79,7 +83,7 @@ def _max_norm(case: TrainCase) -> float:
             grads = [a + b / size for a, b in zip(grads, g)]
         norms.append(global_norm(grads))
         start += size
-    return float(f"{CLIP_FRACTION * min(norms):.2g}")  # a round number reads better in messages
+    return norms
 
 
 def _reference(case, params, x, y, autocast, softmax: bool = False, training: bool = True):
@@ -225,5 +229,5 @@ class TrainView:
 def _run_train(fn, case: TrainCase) -> TrainView:
     case.model.eval()  # as if evaluation just ran: a loop that forgets model.train() would train in eval mode
     tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler, forbidden=FORBIDDEN["train"],
-                    max_events=MAX_EVENTS)
+                    max_events=MAX_EVENTS, devices=True)
     return TrainView(case, _call(fn, case.args, tracer))

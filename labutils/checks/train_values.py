@@ -120,6 +120,10 @@ def _st_clip(v: TrainView):
                 msg, mark = (f"step {k} applied {unclipped}. Call clip_grad_norm_(model.parameters(), max_norm) "
                              "between loss.backward() and optimizer.step().", step_at)
             return [Failure("clip", msg, k, v.beside(k, mark))]
+        got = global_norm(applied)
+        if got < norm and _rel(applied, [g * (got / norm) for g in wanted]) <= v.tol:  # clipped, at another threshold
+            return [Failure("clip", f"train_one_epoch clipped at {got:.3g}, not at the max_norm={max_norm:g} it was "
+                            "given: pass max_norm to clip_grad_norm_(model.parameters(), max_norm).", k)]
         return [Failure("clip", f"the gradient applied at step {k} has norm {global_norm(applied):.4g}; clipping the "
                         f"step's gradient (norm {norm:.4g}) to max_norm={max_norm:g} gives {min(norm, max_norm):.4g}. "
                         "Clip once, after backward, with clip_grad_norm_(model.parameters(), max_norm).", k,

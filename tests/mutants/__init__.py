@@ -132,7 +132,7 @@ BUGGY = [
     Variant("backward_without_scale", "amp", b.backward_without_scale, "scale", "scaler.scale(loss).backward()"),
     # 06
     Variant("checkpoint_in_place", "checkpoint", (b.save_in_place, c.load_canonical), "atomic",
-            "torch.save wrote straight to step-000003.pt"),
+            "torch.save wrote straight to step-000037.pt"),
     Variant("checkpoint_no_optimizer", "checkpoint", (b.save_no_optimizer, b.load_no_optimizer), "contents",
             "missing the optimizer state"),
     Variant("checkpoint_no_scheduler", "checkpoint", (b.save_no_scheduler, b.load_no_scheduler), "contents",
@@ -161,6 +161,27 @@ BUGGY = [
     Variant("param_groups_decays_biases", "param_groups", b.param_groups_decays_biases, "weight_decay",
             "must not be decayed"),
     Variant("param_groups_forgets_norm", "param_groups", b.param_groups_forgets_norm, "coverage", "is in no group"),
+    # arguments it must honour: each check runs a second time with other values (labutils.exercises)
+    Variant("baseline_hardcoded_device", "baseline", b.baseline_hardcoded_device, "device",
+            "moved tensors to 'cpu', not to the device='cpu:0' it was given"),
+    Variant("evaluate_hardcoded_device", "evaluate", b.evaluate_hardcoded_device, "device",
+            "moved tensors to 'cpu', not to the device='cpu:0' it was given"),
+    Variant("clipping_hardcoded_max_norm", "clipping", b.clipping_hardcoded_max_norm, "clip",
+            "clipped at 2, not at the max_norm=1.37 it was given"),
+    Variant("accumulation_hardcoded_accum_steps", "accumulation", b.accumulation_hardcoded_accum_steps,
+            "accumulation", "as if accum_steps=2, not the accum_steps=3 it was given"),
+    Variant("amp_hardcoded_max_norm", "amp", b.amp_hardcoded_max_norm, "clip",
+            "clipped at 2, not at the max_norm=1.37 it was given"),
+    Variant("amp_hardcoded_dtype", "amp", b.amp_hardcoded_dtype, "autocast",
+            "ran under autocast torch.bfloat16, with amp_dtype=torch.float16"),
+    Variant("checkpoint_hardcoded_step", "checkpoint", (b.save_hardcoded_step, c.load_canonical), "return_value",
+            "load_checkpoint returned 0, not the step=1205 that save_checkpoint was given"),
+    Variant("resume_hardcoded_save_every", "resume", b.resume_hardcoded_save_every, "save_every",
+            "as if save_every=4, not the save_every=7 it was given"),
+    Variant("resume_hardcoded_epochs", "resume", b.resume_hardcoded_epochs, "epochs",
+            "as if epochs=2, not the epochs=3 it was given"),
+    Variant("param_groups_hardcoded_decay", "param_groups", b.param_groups_hardcoded_decay, "weight_decay",
+            "by 0.01, not by the weight_decay=0.037 it was given"),
 ]
 
 VARIANTS = CORRECT + BUGGY

@@ -908,3 +908,199 @@ def param_groups_forgets_norm(model, weight_decay):
             if m.bias is not None:
                 no_decay.append(m.bias)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+# --- numbers of its own instead of the arguments it was given (each check varies the argument: issue 10) ------------
+
+
+def baseline_hardcoded_device(model, loader, optimizer, device):
+    """Moves the batches to "cpu" whatever device it is given."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to("cpu"), y.to("cpu")
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def evaluate_hardcoded_device(model, loader, device):
+    """Evaluates on "cpu" whatever device it is given."""
+    model.eval()
+    total_loss, correct, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to("cpu"), y.to("cpu")
+            logits = model(x)
+            total_loss += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y).sum().item()
+            seen += len(y)
+    model.train()
+    return total_loss / seen, correct / seen
+
+
+def clipping_hardcoded_max_norm(model, loader, optimizer, scheduler, max_norm, device):
+    """Clips at 2.0, the lab's own threshold, instead of max_norm."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        norms.append(clip_grad_norm_(model.parameters(), 2.0).item())
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def accumulation_hardcoded_accum_steps(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Accumulates 2 micro-batches per step (the notebook's value) whatever accum_steps says."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        (loss / 2).backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % 2 == 0 or i + 1 == len(loader):
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return total / seen, norms
+
+
+def amp_hardcoded_max_norm(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Clips at 2.0 instead of max_norm (otherwise lab 5's canonical loop)."""
+    model.train()
+    device_type = torch.device(device).type
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), 2.0)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), 2.0)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def amp_hardcoded_dtype(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Autocasts to bfloat16 whatever amp_dtype says."""
+    model.train()
+    device_type = torch.device(device).type
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
+def save_hardcoded_step(path, model, optimizer, scheduler, scaler, step):
+    """Saves the step parsed from the file name (step-000037.pt) instead of the step it is given."""
+    name = os.path.basename(str(path))
+    saved_step = int(name[5:11]) if name.startswith("step-") else 0
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": saved_step,
+             "rng": capture_rng_state()}
+    tmp = str(path) + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def resume_hardcoded_save_every(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                                on_step=None):
+    """Saves every 4 steps whatever save_every says."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % 4 == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step)
+    return step
+
+
+def resume_hardcoded_epochs(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                            on_step=None):
+    """Trains 2 epochs whatever epochs says."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, 2):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step)
+    return step
+
+
+def param_groups_hardcoded_decay(model, weight_decay):
+    """Decays weights by 0.01 (AdamW's default) whatever weight_decay says."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
+    return [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]

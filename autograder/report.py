@@ -113,8 +113,10 @@ def student_record(result, student: str, test_max: dict) -> dict:
     }
 
 
-# A check's verdict is one long line (what went wrong, then the fix): wrapped, its end stays on the page
-FEEDBACK_CSS = '<style id="looplab-feedback">pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>'
+# A check's verdict is one long line (what went wrong, then the fix): wrapped between words (Bootstrap breaks
+# a <pre> anywhere, mid-word), its end stays on the page
+FEEDBACK_CSS = ('<style id="looplab-feedback">'
+                'pre { white-space: pre-wrap; word-break: normal; overflow-wrap: anywhere; }</style>')
 
 
 def style_feedback(path: Path) -> None:

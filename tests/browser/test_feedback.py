@@ -58,12 +58,12 @@ def test_feedback_for_a_correct_submission(graded_class, page):
 
 @pytest.mark.browser
 @pytest.mark.slow
-@pytest.mark.xfail(reason="the verdict's message is one ~260-character line and the feedback's <pre> does not wrap: "
-                   "its last sentence (the fix) is cut off at the right edge; wrap it in labutils/checks/report.py "
-                   "(H1) or give the feedback's CSS `pre { white-space: pre-wrap }` (H2)", strict=False)
 def test_feedback_messages_fit_the_page(graded_class, page):
-    """Every output in bob's failing test is readable without scrolling sideways."""
+    """Every output in bob's failing test is readable without scrolling sideways, wrapped between words."""
     page.goto(graded_class.feedback("bob").as_uri())
     clipped = page.locator(f'[id="cell-id={GRADED_TEST}"] pre').evaluate_all(
         "els => els.filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.innerText.slice(0, 80))")
     assert not clipped, f"cut off at the right edge: {clipped}"
+    breaks = page.locator(f'[id="cell-id={GRADED_TEST}"] pre').evaluate_all(
+        "els => [...new Set(els.map(el => getComputedStyle(el).wordBreak))]")
+    assert breaks == ["normal"], f"a <pre> breaks lines mid-word: word-break {breaks}"

@@ -1,14 +1,16 @@
-"""The instructor's journey: ``python -m autograder grade`` leaves an nbgrader course; in JupyterLab, nbgrader's
-formgrader opens it, the instructor scores a written answer by hand; the export includes those points; grading the
-class again (a late submission came in) keeps them.
+"""The instructor's journey: ``python -m autograder grade`` leaves an nbgrader course in OUT
+(autograder/formgrader.py); in JupyterLab, nbgrader's formgrader opens it, the instructor scores a written answer by
+hand; ``python -m autograder export`` includes those points; grading the class again (a late submission came in)
+keeps them.
 
-The course is what ``grade`` leaves in OUT (H2, issue 8): a folder with ``nbgrader_config.py``, the gradebook and the
-autograded notebooks. Until ``grade`` leaves one, the test is skipped and says so.
+The course is a copy of the session's graded class (its nbgrader_config.py names the folder it sits in), so the
+other tests' class is left as it was.
 """
 
 from __future__ import annotations
 
 import csv
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ import nbformat
 import pytest
 
 from .conftest import ENABLE
-from .grading import ANSWER_ID, NOTEBOOK, grade, grade_class, submission
+from .grading import ANSWER_ID, NOTEBOOK, REPO, GradedClass, grade, submission
 
 pytest.importorskip("playwright.sync_api", reason=ENABLE)
 
@@ -31,18 +33,16 @@ MANUAL_POINTS = 1.0
 BOB_AUTOGRADED = 4.0  # evaluate passes, train_one_epoch (zero_grad bug) fails
 
 
-def nbgrader_course(out: Path) -> Path:
-    """The nbgrader course ``grade`` left under OUT (the folder holding ``nbgrader_config.py``), or a skip."""
-    configs = sorted(out.glob("nbgrader_config.py")) + sorted(out.glob("*/nbgrader_config.py"))
-    if not configs:
-        pytest.skip("`python -m autograder grade` leaves no nbgrader course (nbgrader_config.py) in OUT yet: "
-                    "issue 8 (H2)")
-    return configs[0].parent
+def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
+    """The graded class (submissions and OUT, the course) copied to ``dest``."""
+    shutil.copytree(graded.submissions, dest / "submissions")
+    shutil.copytree(graded.out, dest / "out")
+    return GradedClass(dest / "submissions", dest / "out", graded.proc)
 
 
 def export(course: Path, dest: Path) -> dict[str, float]:
-    """``nbgrader export`` run in the course: student -> the assignment's score (autograded + manual)."""
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--to={dest}"], cwd=course,
+    """``python -m autograder export``: student -> the assignment's score (autograded + manual)."""
+    proc = subprocess.run([sys.executable, "-m", "autograder", "export", "--out", course, "--to", dest], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(dest, newline="") as f:
@@ -71,9 +71,9 @@ def open_submission(page, server, student: str):
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(jupyter, page, tmp_path):
-    graded = grade_class(tmp_path / "class")
-    course = nbgrader_course(graded.out)
+def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_class, jupyter, page, tmp_path):
+    graded = copy_of(graded_class, tmp_path / "class")
+    course = graded.out
     server = jupyter(course)  # formgrader reads nbgrader_config.py from the server's folder
     formgrader = open_submission(page, server, STUDENT)
 

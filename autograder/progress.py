@@ -64,8 +64,8 @@ class Progress:
                  f"{fmt(time.monotonic() - self.started)}] {student}/{notebook}: {status} in {seconds:.1f} s "
                  f"(slowest: {slowest[1]} {slowest[0]:.1f} s)", terminal=False)
         if self.bar:
-            self.bar.update(self.students_done() - before)
-            self.bar.set_postfix_str(self._notebooks())
+            self.bar.set_postfix_str(self._notebooks(), refresh=False)
+            self.bar.update(self.students_done() - before) if self.students_done() > before else self.bar.refresh()
 
     def close(self) -> None:
         """The bar goes; the slowest notebooks are listed (later lines still reach the log and stderr)."""

@@ -56,6 +56,7 @@ class CannedExecutor:
         self.calls.append("close")
 
 
+@pytest.mark.slow
 def test_any_executor_feeds_the_same_collect_step(tmp_path):
     source = tmp_path / "source"
     source.mkdir()

@@ -78,6 +78,7 @@ def test_no_import_cycles():
     assert graph["course"] == set()
 
 
+@pytest.mark.slow
 def test_each_module_imports_alone():
     failures = []
     for name in _modules():

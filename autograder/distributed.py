@@ -40,6 +40,7 @@ from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
 STALL_S = 600  # no worker able to grade for this long (all refused or gone): the tasks left are not graded
+POLL_S = 30  # how often the client looks for that while it waits for results
 PLUGIN_PREFIX = "looplab-grader-"
 CODE_DIRS = ("labutils", "autograder")  # what must be the same version on every worker
 
@@ -64,10 +65,12 @@ class RemoteTask:
 
 @dataclass
 class RemoteResult:
-    """A worker's :class:`Result`, with the feedback page's bytes (its ``feedback`` path is the worker's)."""
+    """A worker's :class:`Result` with the files it names, as bytes (its paths are the worker's): the feedback page
+    and the autograded notebook (what formgrader shows in OUT)."""
 
     result: Result
     feedback_html: bytes | None
+    autograded_ipynb: bytes | None
     worker: str
 
 
@@ -234,13 +237,16 @@ class GraderPlugin(WorkerPlugin):
             try:
                 task = _unpack(remote, inbox)
                 result = _grade(task, self.run, self.zygote)
-                page = Path(result.feedback) if result.feedback else None
-                feedback = page.read_bytes() if page and page.exists() else None
+                feedback, autograded = _read(result.feedback), _read(result.autograded)
             finally:
                 shutil.rmtree(inbox, ignore_errors=True)
                 shutil.rmtree(self.work / "tasks" / remote.task.id, ignore_errors=True)
         # paths on this worker mean nothing to the client
-        return RemoteResult(replace(result, feedback=None, autograded=None), feedback, self.address)
+        return RemoteResult(replace(result, feedback=None, autograded=None), feedback, autograded, self.address)
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path and Path(path).exists() else None
 
 
 def _unpack(remote: RemoteTask, inbox: Path) -> Task:
@@ -309,6 +315,7 @@ class DaskExecutor:
         """Connect, refuse workers with other code, and start every worker's zygote while the gradebook is built."""
         from distributed import Client
 
+        self.work = work
         self.inbox = work / "from-workers"  # the feedback pages the workers send back
         self.version = code_version()
         try:
@@ -358,11 +365,11 @@ class DaskExecutor:
         pending, stalled_since = set(futures), None
         while pending:
             try:
-                done, pending = wait(pending, timeout=30, return_when="FIRST_COMPLETED")
+                done, pending = wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
             for future in done:
-                on_result(*_received(future, futures[future], self.inbox))
+                on_result(*_received(future, futures[future], self.inbox, self.work))
             if done or self._ready_workers(resource):
                 stalled_since = None
             elif stalled_since is None:
@@ -402,7 +409,11 @@ def run_on_cluster(scheduler: str, tasks: list[Task], run: RunConfig, work: Path
         executor.close()
 
 
-def _received(future, task: Task, inbox: Path) -> tuple[Result, float]:
+def _received(future, task: Task, inbox: Path, work: Path | None = None) -> tuple[Result, float]:
+    """A finished future as the local pool's result: its files written on this machine, where a local task leaves
+    them (the autograded notebook where the formgrader course looks for it)."""
+    from .formgrader import autograded_notebook
+
     if future.status != "finished":
         return Result.failed(task, failure_reason(future.exception())), 0.0
     remote: RemoteResult = future.result()
@@ -412,4 +423,9 @@ def _received(future, task: Task, inbox: Path) -> tuple[Result, float]:
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_bytes(remote.feedback_html)
         result = replace(result, feedback=str(page))
+    if remote.autograded_ipynb is not None and work is not None:
+        graded = autograded_notebook(work, task.id, task.student, task.notebook)
+        graded.parent.mkdir(parents=True, exist_ok=True)
+        graded.write_bytes(remote.autograded_ipynb)
+        result = replace(result, autograded=str(graded))
     return result, float(result.timings.get("total_s", 0.0))

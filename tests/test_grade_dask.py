@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,7 @@ except ImportError:
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
 LIMITS = ["--timeout-cell", 30, "--timeout-notebook", 90]  # as test_autograder's class (its hang cases use them)
+EXTRA_TEXT = "a data file that travelled with its task"
 SLOW_S = 20  # the slow student's cell sleeps this long in the kernel: time to kill its worker mid-task
 
 pytestmark = [pytest.mark.autograder, pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9,
@@ -68,6 +70,9 @@ def small_class(tmp: Path) -> list[build.Student]:
                                 f"    time.sleep({SLOW_S})\n", after=True)
     students.append(build.Student("slow", "a cell that sleeps: its worker is killed while grading it",
                                   {"02_scheduler": sleeper}))
+    reader = build.insert_cell(sol["01_baseline"], "train_one_epoch", "print(open('extra.txt').read())\n")
+    students.append(build.Student("extra-file", "reads a data file handed in beside the notebook",
+                                  {"01_baseline": reader}, extra_files={"extra.txt": EXTRA_TEXT}))
     return students
 
 
@@ -145,6 +150,11 @@ def test_dask_grades_the_class_exactly(dask_run, classroom):
 
 
 @pytest.mark.slow
+def test_a_task_carries_its_extra_files(dask_run):
+    assert EXTRA_TEXT in (dask_run["out"] / "feedback" / "extra-file" / "01_baseline.html").read_text()
+
+
+@pytest.mark.slow
 def test_a_killed_worker_loses_no_student(dask_run):
     assert dask_run["victim"] is not None, "the slow student's task was never seen executing"
     _, _, zygote = dask_run["victim"]
@@ -156,7 +166,7 @@ def test_a_killed_worker_loses_no_student(dask_run):
         time.sleep(0.5)
     else:
         pytest.fail(f"the killed worker's zygote {zygote} is still running")
-    assert "1 task(s) graded again on another worker" in dask_run["stderr"]
+    assert re.search(r"\d+ task\(s\) graded again on another worker", dask_run["stderr"])  # and any queued there
     record = build.read_json(dask_run["out"] / "slow.json")
     assert record["graded"] and record["notebooks"]["02_scheduler"]["status"] == "graded"
     assert all(t["passed"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "auto")
@@ -180,9 +190,13 @@ def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
     for st in classroom["students"]:
         assert _comparable(dask_out, dask_out / f"{st.name}.json") == _comparable(local_run,
                                                                                    local_run / f"{st.name}.json")
-    local_pages = sorted(p.relative_to(local_run) for p in (local_run / "feedback").rglob("*.html"))
-    assert local_pages and sorted(p.relative_to(dask_out) for p in (dask_out / "feedback").rglob("*.html")) \
-        == local_pages
+    for kind, pattern in (("feedback", "*.html"), ("autograded", "*.ipynb"), ("submitted", "*")):
+        local_files = sorted(p.relative_to(local_run) for p in (local_run / kind).rglob(pattern))
+        assert local_files and sorted(p.relative_to(dask_out) for p in (dask_out / kind).rglob(pattern)) \
+            == local_files, kind
+    assert "stayed on its worker" not in dask_run["stderr"]  # formgrader shows the graded notebooks, outputs and all
+    graded = build.nbformat.read(dask_out / "autograded" / "solutions" / "loop_lab" / "01_baseline.ipynb", 4)
+    assert any(cell.get("outputs") for cell in graded.cells)
 
 
 @pytest.mark.slow
@@ -197,6 +211,21 @@ def test_workers_with_other_code_are_refused(cluster, tmp_path, monkeypatch):
         dist.run_on_cluster(cluster[0].scheduler_address, [task], run, tmp_path, lambda *a: None)
     assert "this client not-the-workers" in str(err.value)
     assert all(addr in str(err.value) for addr in cluster[1].scheduler_info()["workers"])  # each worker named
+
+
+@pytest.mark.slow
+def test_no_able_worker_for_too_long_fails_the_rest(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(dist, "STALL_S", 1)
+    monkeypatch.setattr(dist, "POLL_S", 0.5)
+    client = cluster[1]
+    executor = dist.DaskExecutor(cluster[0].scheduler_address)
+    executor.client, executor.inbox = client, tmp_path
+    task = Task(id="ann--01_baseline", student="ann", notebook="01_baseline", path="/nowhere.ipynb")
+    future = client.submit(int, 1, resources={"looplab-grader-nobody": 1}, pure=False)  # no worker has it
+    got = []
+    executor._collect({future: task}, "looplab-grader-nobody", lambda result, seconds: got.append(result))
+    assert [(r.student, r.status) for r in got] == [("ann", "error")]
+    assert "no Dask worker able to grade it" in got[0].error
 
 
 def test_a_task_that_fails_every_try_is_a_clear_zero(tmp_path):

@@ -20,15 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import channel
+from labutils.exercises import grading_cost
+
 from .channel import Result, RunConfig, Task, WorkerReady
 from .zygote_client import SharedZygote
 
-# Relative cost of grading each notebook, so the slowest start first (unknown ones count 1). Measured with
-# benchmarks/bench_grading.py once grading stopped at the last test cell (medians of 8 students, 01_baseline = 1).
-# To come from labutils.exercises.grading_cost (one line in cost() below) once that registry carries these numbers.
-NOTEBOOK_COST = {"00_data_tour": 1.2, "01_baseline": 1.0, "03_clipping": 1.0, "07_crash_resume": 0.85,
-                 "08_stretch": 0.8, "05_amp": 0.8, "06_checkpointing": 0.75, "02_scheduler": 0.75,
-                 "04_accumulation": 0.6}
 KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
 
 OnResult = Callable[[Result, float], None]  # a task's result and the seconds it took, as the parent saw them
@@ -39,7 +35,8 @@ class GradingSetupError(RuntimeError):
 
 
 def cost(notebook: str) -> float:
-    return NOTEBOOK_COST.get(notebook, 1.0)
+    """Relative time to grade ``notebook`` (the exercise registry's, measured), so the slowest start first."""
+    return grading_cost(notebook)
 
 
 class Worker:

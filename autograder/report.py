@@ -40,11 +40,12 @@ def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], o
             gb.db.commit()
 
 
-def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict]:
-    """(CSV rows, {(notebook, test): (max points, graded by hand?)} in cell order) read back from the gradebook."""
+def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict, dict]:
+    """(CSV rows, {(notebook, test): (max points, graded by hand?)} in cell order, {(student, notebook, test): the
+    score given by hand in formgrader}) read back from the gradebook."""
     from nbgrader.api import Gradebook
 
-    rows, test_max = [], {}
+    rows, test_max, by_hand = [], {}, {}
     with Gradebook(db_url) as gb:
         for nb in notebooks:
             notebook = gb.find_notebook(nb, ASSIGNMENT)
@@ -55,9 +56,11 @@ def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> t
         for student in students:
             for nb in notebooks:
                 sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                by_hand.update({(student, nb, g.name): float(g.manual_score) for g in sub.grades
+                                if g.manual_score is not None})
                 rows.append({"student": student, "notebook": nb, "score": _num(sub.score),
                              "max_score": _num(sub.max_score)})
-    return rows, test_max
+    return rows, test_max, by_hand
 
 
 def _num(x) -> float | int:
@@ -65,8 +68,8 @@ def _num(x) -> float | int:
     return int(x) if x.is_integer() else round(x, 4)
 
 
-def student_record(result, student: str, test_max: dict) -> dict:
-    """Everything one student gets back in machine-readable form."""
+def student_record(result, student: str, test_max: dict, by_hand: dict | None = None) -> dict:
+    """Everything one student gets back in machine-readable form; a score given by hand replaces the cell's."""
     tests, notebooks = [], {}
     for nb in result.notebooks:
         outcome = result.outcomes[(student, nb)]
@@ -77,6 +80,12 @@ def student_record(result, student: str, test_max: dict) -> dict:
                 continue
             t = got.get(name)
             to_grade = bool(t and t["needs_manual_grade"])
+            hand = (by_hand or {}).get((student, nb, name))
+            if hand is not None:
+                tests.append({"notebook": nb, "name": name, "kind": "manual" if manual else "auto",
+                              "points": _num(hand), "max_points": _num(max_points), "passed": hand >= max_points,
+                              "message": f"graded by hand: {hand:g} / {max_points:g}"})
+                continue
             if manual:
                 message = ("written answer: to be graded by hand" if to_grade else
                            "no answer written" if t else reason)
@@ -131,12 +140,12 @@ def write_all(result, db_url: str) -> None:
     for outcome in result.outcomes.values():
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))
-    rows, test_max = _gradebook_rows(db_url, result.students, result.notebooks)
+    rows, test_max, by_hand = _gradebook_rows(db_url, result.students, result.notebooks)
     with open(out / "grades.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    records = [student_record(result, s, test_max) for s in result.students]
+    records = [student_record(result, s, test_max, by_hand) for s in result.students]
     for rec in records:
         (out / f"{rec['student']}.json").write_text(json.dumps(rec, indent=1) + "\n")
     write_summary(out, records, test_max, result)
@@ -185,8 +194,10 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         tests = [t for r in handed_in for t in r["tests"] if t["notebook"] == nb and t["name"] == name]
         if manual:
             answered = sum(1 for t in tests if t["passed"] is None)
+            graded = sum(1 for t in tests if t["message"].startswith("graded by hand"))
             lines.append(f"| {nb} | {name} (written) | {max_points:g} | | {absent} | "
-                         f"{answered} answer(s) to grade by hand, {len(tests) - answered} left blank |")
+                         f"{answered} answer(s) to grade by hand, {graded} graded, "
+                         f"{len(tests) - answered - graded} left blank |")
             continue
         failed = [t for t in tests if t["passed"] is False]
         failures[(nb, name)] = len(failed) + absent

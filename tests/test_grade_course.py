@@ -8,6 +8,7 @@ The class is the browser tests' tiny one (tests/browser/grading.py): alice corre
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -91,6 +92,10 @@ def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_pat
     assert needs_manual_grade(course, "alice") and needs_manual_grade(course, "carol")
     assert (course / f"autograded/carol/{ASSIGNMENT}/{NOTEBOOK}.ipynb").exists()
     assert len(formgrader_api(course).get_notebook_submissions(ASSIGNMENT, NOTEBOOK)) == 3
+    bob = json.loads((course / "bob.json").read_text())  # the reports read the score given by hand too
+    answer = next(t for t in bob["tests"] if t["name"] == ANSWER_ID)
+    assert (answer["points"], bob["score"]) == (MANUAL_POINTS, AUTOGRADED["bob"] + MANUAL_POINTS)
+    assert "1 graded" in (course / "summary.md").read_text()
 
 
 def test_the_course_config_follows_the_folder(tmp_path):

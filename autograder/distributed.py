@@ -1,22 +1,27 @@
 """Grading on a Dask cluster: ``python -m autograder grade SUBMISSIONS --out DIR --scheduler tcp://HOST:8786``.
 
-The client (this process) does what a local run does, except that the (student, notebook) tasks go to Dask workers
-instead of ``-j`` local processes; it alone writes the gradebook, the feedback and the reports.
+The client (this process) plans and collects as a local run does; only the (student, notebook) tasks go to Dask
+workers instead of ``-j`` local processes (:class:`DaskExecutor`, beside :class:`autograder.pool.LocalExecutor`). The
+client alone writes the gradebook, the feedback, the formgrader course and the reports.
 
-- What travels with a task (:class:`RemoteTask`): the submission notebook's bytes and its extra files, never a path on
-  the client, so a worker may be another machine.
-- What travels once per worker (:class:`GraderPlugin`): the gradebook template (the instructor's generated assignment:
-  test cells, points, locked sources). It is the same for every task, so it goes with the plug-in, which Dask sends to
-  every worker, including one that joins or restarts mid-run; a task carries only its hash, and a worker holding
-  another template refuses the task. Shipping it per task would send ~N_tasks copies of the same file.
+- With a task (:class:`RemoteTask`): the channel's :class:`Task` with the notebook's bytes and its extra files' bytes,
+  never a path on the client, so a worker may be another machine. Back (:class:`RemoteResult`): the :class:`Result`
+  with the feedback page and the autograded notebook as bytes, written here where a local task leaves them.
+- Once per worker (:class:`GraderPlugin`): the gradebook template (the instructor's generated assignment: test cells,
+  points, locked sources). It is the same for every task, so it goes with the plug-in, which Dask sends to every
+  worker, including one that joins or restarts mid-run; a task carries only its hash. Per task it would be
+  N_tasks copies of the same file.
 - The plug-in keeps one warm sandboxed zygote per worker (:mod:`autograder.zygote`: torch, labutils and the data
-  imported once), so a task pays no torch import. Tasks on one worker take turns (the grading context is
-  per-process): start workers with ``--nthreads 1`` and as many ``--nworkers`` as cores.
+  imported once; started by :func:`prewarm` when the client connects, so it warms while the gradebook is built), so
+  a task pays no torch import. A worker advertises a one-slot resource named after the plug-in only once its zygote
+  is warm, and tasks ask for it: one task at a time per worker (the grading context is per process), and never on a
+  worker that is refused or still warming up. Start workers with ``--nthreads 1`` and one ``--nworkers`` per core.
 - Same code everywhere: a worker whose labutils/autograder differ from the client's (a hash of their ``.py`` files)
-  is refused, before the run and again for every task.
-- A worker that dies mid-task (killed, out of memory) has its task re-run on another worker by Dask (the scheduler's
-  ``distributed.scheduler.allowed-failures``, default 3); a task that raises is retried :data:`RETRIES` times. A task
-  that fails every try scores zero for that student's notebook with the reason; the run goes on.
+  is refused, by name, when the client connects; one that joins later with other code never gets the resource.
+- A worker that dies mid-task (killed, out of memory) has its task graded again on another worker by Dask (the
+  scheduler's ``distributed.scheduler.allowed-failures``, default 3); a task that raises is retried :data:`RETRIES`
+  times. A task that fails every try, or that no worker can take for :data:`STALL_S`, scores zero for that student's
+  notebook with the reason; the run goes on.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def _ev_return_value(v: EvalView):
     if problem:
         return [Failure("return_value", problem + ".")]
     if not 0.0 <= r[1] <= 1.0:
-        return [Failure("return_value", f"the accuracy {r[1]:.4g} is outside [0, 1]" +
+        return [Failure("accuracy", f"the accuracy {r[1]:.4g} is outside [0, 1]" +
                         (" (a percentage?): return correct / n_samples." if 1 < r[1] <= 100 else "."))]
     return []
 
@@ -137,10 +137,10 @@ def _ev_per_sample(v: EvalView):
                         f"loader is {want_loss:.4f}.")]
     if not _close(acc, want_acc, 1e-6):
         if _close(acc, sum(accs) / len(accs), 1e-6):
-            return [Failure("per_sample", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
+            return [Failure("accuracy", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
                             f"per-sample accuracy is {want_acc:.4f} ({uneven}). Count correct predictions and divide "
                             "by the number of samples.")]
-        return [Failure("per_sample", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
+        return [Failure("accuracy", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
                         f"logits) over the whole loader is {want_acc:.4f}.")]
     return []
 

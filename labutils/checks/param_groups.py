@@ -72,6 +72,6 @@ def _judge(report: CheckReport, fn, model, wd: float) -> bool:
                 unset = ("" if "weight_decay" in group else
                          f" (the group sets none, so AdamW uses its default {default})")
                 message = f"{names[id(p)]} has weight_decay={decay}{unset}: {why}."
-            report.failures.append(Failure("weight_decay", message))
+            report.failures.append(Failure("no_decay" if p.ndim <= 1 else "weight_decay", message))
             return False
     return True

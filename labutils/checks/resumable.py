@@ -173,7 +173,7 @@ def _rs_exact(c: ResumeCtx):
                  if (j := _match(first_forward.data["x"], batches)) is not None]
         if where and where[0] != (want_epoch, want_batch):
             ep, j = where[0]
-            return [Failure("exact_resume", f"after resuming at step {last + 1} the first batch was epoch {ep + 1} "
+            return [Failure("mid_epoch", f"after resuming at step {last + 1} the first batch was epoch {ep + 1} "
                             f"batch {j + 1}, but the run that never stopped used epoch {want_epoch + 1} batch "
                             f"{want_batch + 1} there: continue in the middle of the epoch with "
                             "set_position(train_loader, epoch, start_batch).", last + 1)]

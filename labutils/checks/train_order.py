@@ -125,7 +125,7 @@ def _st_accumulation(v: TrainView):
         return []
     if v.trailing:
         first = v.events[v.trailing[0].forward].info.get("batch")
-        return [Failure("accumulation", f"the last {len(v.trailing)} micro-batch(es) (from batch {first}) went "
+        return [Failure("trailing", f"the last {len(v.trailing)} micro-batch(es) (from batch {first}) went "
                         "through backward but no optimizer.step() followed: the trailing partial group was dropped, "
                         "so its data never reached the weights. Also step after the last micro-batch (when "
                         "i + 1 == len(loader)).", None, v.beside(None, v.trailing[0].forward))]
@@ -174,7 +174,7 @@ def _st_scheduler(v: TrainView):
                             v.beside(n_steps, scheds[0]))]
     before = [i for i in scheds if v.steps and i < v.steps[0]]
     if before:
-        return [Failure("scheduler", "scheduler.step() ran before optimizer.step() at step 1: the first update already "
+        return [Failure("scheduler_order", "scheduler.step() ran before optimizer.step() at step 1: the first update already "
                         "used the schedule's second learning rate, and every step after it was one ahead. Call "
                         "scheduler.step() right after optimizer.step().", 1, v.beside(1, before[0]))]
     for k in range(1, n_steps + 1):

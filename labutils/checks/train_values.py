@@ -40,16 +40,18 @@ def _st_return_value(v: TrainView):
         return [Failure("return_value", f"train_one_epoch returned {_show(result)}; the contract returns a pair: "
                                         "(mean loss, list of pre-clip norms).")]
     problem = _number_problem(result[0], "the mean loss (first returned value)")
-    norms = result[1]
-    if problem is None and not isinstance(norms, (list, tuple)):
+    if problem:
+        return [Failure("return_value", problem + ".")]
+    norms = result[1]  # what is wrong with them costs the norms property only
+    if not isinstance(norms, (list, tuple)):
         problem = f"the norms (second returned value) are a {type(norms).__name__}, not a list of floats"
-    if problem is None:
+    else:
         problem = next((_number_problem(n, f"norm {i + 1} of the returned list") for i, n in enumerate(norms)
                         if _number_problem(n, "")), None)
     if problem is None and len(norms) != len(v.steps):
         problem = (f"{len(norms)} norms were returned for {len(v.steps)} optimizer steps: append one norm (the value "
                    f"clip_grad_norm_ returns) per optimizer step")
-    return [Failure("return_value", problem + ".")] if problem else []
+    return [Failure("norms", problem + ".")] if problem else []
 
 
 def _st_gradient(v: TrainView):
@@ -70,12 +72,12 @@ def _st_gradient(v: TrainView):
                             "itself, so a softmax before it squashes the gradients. Pass the raw logits to "
                             "F.cross_entropy.", k)]
         if v.exercise == "accumulation" and len(window) > 1 and _rel(pre, v.combined(k, 1.0)) <= v.tol:
-            return [Failure("accumulation", f"the gradient at step {k} is {len(window)}x the mean over its "
+            return [Failure("loss_divided", f"the gradient at step {k} is {len(window)}x the mean over its "
                             f"{len(window)} micro-batches: the loss was not divided by accum_steps, so every step "
                             "acted as if the learning rate were that much larger. Use (loss / accum_steps).backward().",
                             k)]
         if v.exercise == "accumulation":
-            return [Failure("accumulation", f"the gradient at step {k} is not the mean over its micro-batches "
+            return [Failure("loss_divided", f"the gradient at step {k} is not the mean over its micro-batches "
                             f"(relative difference {_rel(pre, expected):.2g}): divide each micro-batch's loss by "
                             "accum_steps before backward().", k)]
         return [Failure("gradient", f"the gradient at step {k} is not the gradient of the mean cross-entropy over "

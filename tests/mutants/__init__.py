@@ -92,11 +92,11 @@ BUGGY = [
     Variant("evaluate_not_restored", "evaluate", b.evaluate_not_restored, "restore_mode",
             "left the model in eval mode"),
     Variant("evaluate_per_batch", "evaluate", b.evaluate_per_batch, "per_sample", "average of the per-batch means"),
-    Variant("evaluate_percentage", "evaluate", b.evaluate_percentage, "return_value", "percentage"),
+    Variant("evaluate_percentage", "evaluate", b.evaluate_percentage, "accuracy", "percentage"),
     Variant("evaluate_uses_reference", "evaluate", b.evaluate_uses_reference, "uses_reference",
             "labutils.evaluation.evaluate"),
     # 02
-    Variant("scheduler_before_optimizer", "scheduler", b.scheduler_before_optimizer, "scheduler",
+    Variant("scheduler_before_optimizer", "scheduler", b.scheduler_before_optimizer, "scheduler_order",
             "scheduler.step() ran before optimizer.step() at step 1"),
     Variant("scheduler_per_epoch", "scheduler", b.scheduler_per_epoch, "scheduler", "stepped per epoch"),
     # 03
@@ -106,17 +106,17 @@ BUGGY = [
             "clip_grad_norm_ ran after optimizer.step() at step 1"),
     Variant("no_clipping", "clipping", b.no_clipping, "clip", "clip_grad_norm_ was never called"),
     Variant("logs_post_clip_norm", "clipping", b.logs_post_clip_norm, "norms", "the norm after clipping"),
-    Variant("norms_as_tensors", "clipping", b.norms_as_tensors, "return_value", "norm 1 of the returned list is a "
+    Variant("norms_as_tensors", "clipping", b.norms_as_tensors, "norms", "norm 1 of the returned list is a "
                                                                                 "tensor"),
     Variant("clipping_missing_max_norm", "clipping", b.clipping_missing_max_norm, "signature", "is missing max_norm"),
     # 04
     Variant("scheduler_per_micro_batch", "accumulation", b.scheduler_per_micro_batch, "scheduler",
             "once per micro-batch"),
-    Variant("loss_not_divided", "accumulation", b.loss_not_divided, "accumulation",
+    Variant("loss_not_divided", "accumulation", b.loss_not_divided, "loss_divided",
             "the loss was not divided by accum_steps"),
     Variant("steps_every_micro_batch", "accumulation", b.steps_every_micro_batch, "accumulation",
             "optimizer.step() ran after every micro-batch"),
-    Variant("drops_trailing_group", "accumulation", b.drops_trailing_group, "accumulation",
+    Variant("drops_trailing_group", "accumulation", b.drops_trailing_group, "trailing",
             "the trailing partial group was dropped"),
     Variant("zero_grad_every_micro_batch", "accumulation", b.zero_grad_every_micro_batch, "accumulation",
             "cleared before micro-batch 2 of step 1"),
@@ -130,6 +130,8 @@ BUGGY = [
             "scaler.update() did not run after scaler.step() at step 1"),
     Variant("no_autocast", "amp", b.no_autocast, "autocast", "without torch.autocast"),
     Variant("backward_without_scale", "amp", b.backward_without_scale, "scale", "scaler.scale(loss).backward()"),
+    Variant("amp_scaler_required", "amp", b.amp_scaler_required, "scaler_none",
+            "with scaler=None, train_one_epoch raised AttributeError"),
     # 06
     Variant("checkpoint_in_place", "checkpoint", (b.save_in_place, c.load_canonical), "atomic",
             "torch.save wrote straight to step-000037.pt"),
@@ -152,13 +154,13 @@ BUGGY = [
             "labutils.checkpoint.save_checkpoint"),
     # 07
     Variant("resume_off_by_one", "resume", b.resume_off_by_one, "resume_step", "it should continue with step 9"),
-    Variant("resume_restarts_epoch", "resume", b.resume_restarts_epoch, "exact_resume", "set_position"),
+    Variant("resume_restarts_epoch", "resume", b.resume_restarts_epoch, "mid_epoch", "set_position"),
     Variant("resume_never_loads", "resume", b.resume_never_loads, "resume_step", "started again at step 1"),
     Variant("resume_forgets_rng", "resume", b.resume_forgets_rng, "exact_resume", "the RNG state was not restored"),
     Variant("resume_saves_after_on_step", "resume", b.resume_saves_after_on_step, "save_every",
             "no checkpoint step-000004.pt existed"),
     # 08
-    Variant("param_groups_decays_biases", "param_groups", b.param_groups_decays_biases, "weight_decay",
+    Variant("param_groups_decays_biases", "param_groups", b.param_groups_decays_biases, "no_decay",
             "must not be decayed"),
     Variant("param_groups_forgets_norm", "param_groups", b.param_groups_forgets_norm, "coverage", "is in no group"),
     # arguments it must honour: each check runs a second time with other values (labutils.exercises)

@@ -1104,3 +1104,24 @@ def param_groups_hardcoded_decay(model, weight_decay):
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
     return [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def amp_scaler_required(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Always goes through the scaler: breaks with scaler=None, which the contract allows."""
+    model.train()
+    device_type = torch.device(device).type
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms

@@ -90,7 +90,7 @@ include = ["labutils*"]
 [tool.setuptools.data-files]  # copied by `pip install .` (not by an editable install)
 "etc/jupyter" = ["{JUPYTER_SERVER_CONFIG_FILE}"]
 """
-NOT_FOR_STUDENTS = ("nbgrader", "sqlalchemy", "playwright")  # grading and the browser tests only
+NOT_FOR_STUDENTS = ("nbgrader", "sqlalchemy", "psycopg", "distributed", "playwright")  # grading and its tests only
 
 
 def reference_dir(root: Path = REPO_ROOT) -> Path:

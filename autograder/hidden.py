@@ -83,39 +83,55 @@ def verify_calls(source: str) -> list[VerifyCall]:
 
 def describe(call: VerifyCall) -> str:
     """How a message names the hidden test of ``call``."""
+    if len(call) > 2:
+        return f"the hidden test {contract(call[0], call[1]).grade_id(call[2])} of {call[1]}"
     return f"the hidden test of {call[1]}"
 
 
 def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict | None = None) -> tuple[bool, str]:
     """(passed, verdict text) of the hidden test ``call`` on the functions found in ``namespace``.
 
-    ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook), so that several
-    tests of one function can share one run of its check.
+    ``call`` is (notebook_id, function_name) for the whole check, or (notebook_id, function_name, property_id) for one
+    graded property (labutils.checks.properties: one check run shared by all of them, the rule for a mistake
+    upstream). ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook); without
+    one, the kernel-side memo of labutils.checks.properties is used.
     """
     notebook_id, function_name = call[:2]
     spec = contract(notebook_id, function_name)
+    if len(call) > 2:
+        spec.property(call[2])  # an unknown property fails loudly
     fns, problem = find_functions(notebook_id, function_name, namespace)
     if problem:
         return False, problem
     if checks_module is None:
         from labutils import checks as checks_module
+    from labutils.checks import properties
+
     try:
-        report = getattr(checks_module, spec.check)(*fns, *spec.check_args)
+        report = (properties.report_for(spec.id, tuple(fns), checks_module, cache) if len(call) > 2 else
+                  getattr(checks_module, spec.check)(*fns, *spec.check_args))
     except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
         return False, f"{function_name} could not be checked: {type(exc).__name__}: {exc}"
+    if len(call) > 2:
+        passed, message = properties.judge(spec.id, call[2], report)
+        return passed is True, message
     passed = getattr(report, "passed", None)
     if passed is not True:  # only the real boolean counts (a student-made object is never "truthy enough")
         return False, str(report)
     return True, str(report)
 
 
-def verify(notebook_id: str, function_name: str) -> None:
-    """Hidden test of ``function_name`` in the calling notebook; raises AssertionError with the verdict on failure."""
-    contract(notebook_id, function_name)  # unknown ids fail loudly, in any mode
+def verify(notebook_id: str, function_name: str, property_id: str | None = None) -> None:
+    """Hidden test of ``function_name`` (one graded property of it, when given) in the calling notebook; raises
+    AssertionError with the verdict on failure."""
+    spec = contract(notebook_id, function_name)  # unknown ids fail loudly, in any mode
+    call = (notebook_id, function_name) if property_id is None else (notebook_id, function_name, property_id)
+    if property_id is not None:
+        spec.property(property_id)
     if os.environ.get(EXTERNAL_ENV) == "external":
         print(f"Hidden test of {function_name}: run by the grader outside this notebook.")
         return
     namespace = sys._getframe(1).f_globals
-    passed, message = run_check((notebook_id, function_name), namespace)
+    passed, message = run_check(call, namespace)
     if not passed:
         raise AssertionError(message)

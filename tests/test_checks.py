@@ -292,3 +292,86 @@ def test_a_loop_that_never_ends_is_stopped():
     report = check_train_one_epoch(train_one_epoch, "baseline")
     assert [f.check for f in report.failures] == ["exception"]
     assert "does the loop ever end?" in report.failures[0].message
+
+
+# --- graded properties: a single mistake costs only its property (labutils/checks/properties.py) ------------------
+
+
+def _failing_properties(variant) -> set[str]:
+    from labutils.checks import properties
+
+    report = run_check(variant)
+    return {p for p, (passed, _) in properties.verdicts(variant.exercise, report).items() if not passed}
+
+
+@pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
+def test_buggy_variant_fails_only_its_property(variant):
+    from labutils import exercises
+    from labutils.checks import properties
+
+    exercise = exercises.get(variant.exercise)
+    if variant.expected_check in properties.GLOBAL:
+        expected = {p.id for p in exercise.properties}  # it could not be judged at all
+    else:
+        expected = {p.id for p in exercise.owner(variant.expected_check)}
+        assert len(expected) == 1, f"{variant.expected_check} must belong to exactly one property: {expected}"
+    assert _failing_properties(variant) == expected
+    prop = sorted(expected)[0]
+    passed, message = properties.judge(variant.exercise, prop, run_check(variant))
+    assert not passed and variant.expected_message in message
+
+
+@pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
+def test_correct_variant_passes_every_property(variant):
+    assert _failing_properties(variant) == set()
+
+
+def test_every_stage_belongs_to_a_property():
+    from labutils import exercises
+
+    for variant in CORRECT:
+        owned = {c for p in exercises.get(variant.exercise).properties for c in p.checks}
+        report = run_check(variant)
+        assert set(report.checks) - {"signature", "uses_reference"} <= owned, variant.exercise
+
+
+def test_a_downstream_property_is_not_judged_and_keeps_its_points():
+    from labutils.checks import properties
+
+    no_zero_grad = next(v for v in BUGGY if v.name == "no_zero_grad")
+    report = run_check(no_zero_grad)
+    assert "gradient" in report.skipped
+    passed, message = properties.judge("baseline", "gradient", report)
+    assert passed and "not judged" in message and "zero_grad" in message
+
+
+def test_one_check_run_per_set_of_functions(monkeypatch):
+    from labutils.checks import properties
+
+    calls = []
+    real = checks.check_normalize
+    monkeypatch.setattr(checks, "check_normalize", lambda fn: calls.append(fn) or real(fn))
+    fn = CORRECT[0].function
+    cache: dict = {}
+    first = properties.report_for("normalize", (fn,), checks, cache)
+    assert properties.report_for("normalize", (fn,), checks, cache) is first and len(calls) == 1
+
+    def other(images):
+        return fn(images)
+
+    properties.report_for("normalize", (other,), checks, cache)
+    assert len(calls) == 2
+
+
+def test_a_redefined_helper_runs_the_check_again():
+    from labutils.checks import properties
+
+    namespace = {}
+    exec("def helper(images):\n    return images.float()\n\ndef normalize_images(images):\n    return helper(images)\n",
+         namespace)
+    cache: dict = {}
+    first = properties.report_for("normalize", (namespace["normalize_images"],), checks, cache)
+    assert not first.passed
+    exec("from labutils.data import MEAN, STD\ndef helper(images):\n    return ((images / 255 - MEAN) / STD)"
+         ".unsqueeze(1).float()\n", namespace)
+    assert properties.report_for("normalize", (namespace["normalize_images"],), checks, cache).passed

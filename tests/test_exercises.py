@@ -113,3 +113,32 @@ def test_hardcoded_values_are_caught_by_name():
     for name in ("clipping_hardcoded_max_norm", "amp_hardcoded_max_norm"):
         report = mutants.run_check(variants[name])
         assert not report.passed and "clipped at 2, not at the max_norm=1.37 it was given" in str(report)
+
+
+def test_hidden_property_tests_share_one_check_run_through_the_cache():
+    """verify(notebook, function, property): every property of an exercise reads one run of its check, kept in the
+    cache dict the grader's recheck passes (a module-level cache would be emptied by its restore)."""
+    variants = {v.name: v for v in mutants.VARIANTS}
+    runs = []
+
+    class Checks:  # the real checks, counted
+        def check_train_one_epoch(self, fn, exercise):
+            runs.append(exercise)
+            return checks.check_train_one_epoch(fn, exercise)
+
+    namespace = {"train_one_epoch": variants["drops_trailing_group"].function}
+    cache: dict = {}
+    results = {p.id: hidden.run_check(("04_accumulation", "train_one_epoch", p.id), namespace, Checks(), cache)
+               for p in exercises.get("accumulation").properties}
+    assert runs == ["accumulation"]
+    assert {p for p, (passed, _) in results.items() if not passed} == {"trailing"}
+    assert "the trailing partial group was dropped" in results["trailing"][1]
+    assert hidden.describe(("04_accumulation", "train_one_epoch", "trailing")) == \
+        "the hidden test test_train_one_epoch_trailing of train_one_epoch"
+    with pytest.raises(ValueError, match="no graded property 'nope'"):
+        hidden.verify("04_accumulation", "train_one_epoch", "nope")
+
+
+def test_verify_calls_reads_the_property():
+    source = '"""Check x"""\n### BEGIN HIDDEN TESTS\nverify("04_accumulation", "train_one_epoch", "trailing")\n'
+    assert hidden.verify_calls(source) == [("04_accumulation", "train_one_epoch", "trailing")]

@@ -19,7 +19,7 @@ The modules, shared parts first, then one per exercise in the order of the lab:
   student's function safely; ``report``: CheckReport, Failure, the trace beside the expected order.
 - ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in
   ``train_order``, ``train_amp`` and ``train_values``; ``evaluate`` (01); ``checkpointing`` (06); ``resumable`` (07);
-  ``param_groups`` (08); ``show``: show_trace.
+  ``param_groups`` (08); ``show``: show_trace; ``properties``: the graded properties judged from one report.
 """
 
 from ..exercises import TRAIN_EXERCISES

@@ -1,0 +1,75 @@
+"""Graded properties: one check run per exercise, judged once per property the lab teaches (labutils.exercises).
+
+The rule for a single mistake. A check reports root causes only: a stage whose dependency failed is not run (it is
+listed in ``report.skipped``). So a property is judged like this:
+
+- it fails when the report holds a failure whose id is one of the property's (``Property.checks``), with that
+  failure's message;
+- it fails, with the message, when the function could not be judged at all: a wrong signature, a call to the lab's
+  own reference, or an exception that no stage explained (``GLOBAL``), or a failure no property owns;
+- otherwise it passes. When one of its stages was skipped because another property's stage failed first, it passes
+  *without being judged*: a mistake costs the points of the property it breaks, never those downstream of it, and the
+  message says that it was not judged and why ("not judged: depends on ..., which failed").
+
+A run is memoised on the identity of the student's function(s) and of the globals they name (a helper redefined in
+another cell is a new object, so the next test runs the check again), so every property cell of one exercise reads one
+check run: :func:`report_for` keeps the last report per exercise in ``cache`` (the grader's recheck passes a dict of
+its own, since it restores every module attribute between checks) or in this module's kernel-side memo.
+"""
+
+from __future__ import annotations
+
+from .. import exercises
+from .report import CheckReport
+
+GLOBAL = ("signature", "uses_reference", "exception")  # nothing else could be judged: every property fails
+_MEMO: dict = {}  # in a kernel: exercise id -> (functions, report); the functions are kept so their ids stay unique
+
+
+def report_for(exercise_id: str, fns: tuple, checks_module=None, cache: dict | None = None) -> CheckReport:
+    """The exercise's check run on ``fns``, computed once per set of functions (by identity)."""
+    memo = _MEMO if cache is None else cache
+    key = ("looplab-property-report", exercise_id)
+    seen = _seen(fns)
+    hit = memo.get(key)
+    if hit is not None and len(hit[0]) == len(seen) and all(a is b for a, b in zip(hit[0], seen)):
+        return hit[1]
+    if checks_module is None:
+        from labutils import checks as checks_module
+    exercise = exercises.get(exercise_id)
+    report = getattr(checks_module, exercise.check)(*fns, *exercise.check_args)
+    memo[key] = (seen, report)
+    return report
+
+
+def _seen(fns: tuple) -> tuple:
+    """The functions and every global they name (a helper redefined in another cell is a new object): a report is
+    reused only while all of them are the very same objects."""
+    seen = list(fns)
+    for fn in fns:
+        names, env = getattr(getattr(fn, "__code__", None), "co_names", ()), getattr(fn, "__globals__", {})
+        seen += [env[name] for name in names if name in env]
+    return tuple(seen)
+
+
+def judge(exercise_id: str, property_id: str, report: CheckReport) -> tuple[bool, str]:
+    """(passed, message) of one graded property, read from the exercise's report (the rule is in the docstring)."""
+    exercise = exercises.get(exercise_id)
+    prop = exercise.property(property_id)
+    owned = {c for p in exercise.properties for c in p.checks}
+    failures = [f for f in report.failures if f.check in prop.checks]
+    if not failures:  # a failure no property owns is treated as global: it never goes unpunished
+        failures = [f for f in report.failures if f.check in GLOBAL or f.check not in owned]
+    if failures:
+        return False, f"✗ {exercise.grade_id(prop.id)}: {prop.title}: no.\n\n" + "\n\n".join(map(str, failures))
+    skipped = [s for s in report.skipped if s in prop.checks]
+    if skipped:
+        roots = ", ".join(dict.fromkeys(f.check for f in report.failures))
+        return True, (f"✓ {exercise.grade_id(prop.id)}: not judged: {', '.join(skipped)} depend(s) on {roots}, which "
+                      "failed (another graded test takes those points); fix that first, then this is checked too.")
+    return True, f"✓ {exercise.grade_id(prop.id)}: {prop.title}."
+
+
+def verdicts(exercise_id: str, report: CheckReport) -> dict[str, tuple[bool, str]]:
+    """Every property of the exercise: property id -> (passed, message)."""
+    return {p.id: judge(exercise_id, p.id, report) for p in exercises.get(exercise_id).properties}

@@ -31,6 +31,7 @@ ASSIGNMENT = "loop_lab"
 STUDENT = "bob"  # his written answer is weak: 1 of 2 points
 MANUAL_POINTS = 1.0
 BOB_AUTOGRADED = 4.0  # evaluate passes, train_one_epoch (zero_grad bug) fails
+AUTOGRADED_CODE = {"bob": "4 / 8", "alice": "8 / 8"}  # formgrader's Code Score column for 01_baseline
 
 
 def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
@@ -64,6 +65,7 @@ def open_submission(page, server, student: str):
     formgrader.locator("table tbody tr a").first.wait_for()  # the rows are loaded
     if not link.is_visible():  # submissions are anonymous until asked (formgrader remembers the choice)
         formgrader.get_by_role("button", name="Show All Names").click()
+    expect(formgrader.locator("tr", has=link)).to_contain_text(AUTOGRADED_CODE[student])  # grade's scores listed
     labpage.screenshot(page, "formgrader-1-submissions")
     link.click()
     return formgrader

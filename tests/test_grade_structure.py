@@ -90,12 +90,17 @@ def test_each_module_imports_alone():
 
 
 def test_assignment_and_config_written_once():
-    """ASSIGNMENT is assigned in course.py only, and only course.py builds an nbgrader Config."""
+    """ASSIGNMENT is assigned in course.py only, and only course.py sets nbgrader's CourseDirectory (code, not text a
+    module writes into a config file for Jupyter)."""
     for path in PACKAGE.glob("*.py"):
-        text = path.read_text()
-        if path.name != "course.py":
-            assert "ASSIGNMENT =" not in text, path.name
-            assert "c = Config()" not in text and "CourseDirectory.root" not in text, path.name
+        if path.name == "course.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    assert not (isinstance(target, ast.Name) and target.id == "ASSIGNMENT"), path.name
+                    assert "attr='CourseDirectory'" not in ast.dump(target), f"{path.name}: {ast.unparse(target)}"
 
 
 MESSAGES = [

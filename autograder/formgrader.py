@@ -19,30 +19,37 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .course import ASSIGNMENT, COURSE_ID, sqlite_url
+from .course import ASSIGNMENT, nbgrader_config, sqlite_url
 
 CONFIG_NAME = "nbgrader_config.py"
 EXPORT_NAME = "nbgrader_export.csv"  # grades.csv is the autograder's own (autograded points per notebook)
 
-_CONFIG = '''\
+_HEADER = """\
 # Written by `python -m autograder grade`: this folder is an nbgrader course. Start `jupyter lab` here and open
 # Nbgrader > Formgrader to grade the written answers; `python -m autograder export --out .` writes the totals.
 import os
 
 c = get_config()  # noqa: F821 (given by traitlets)
-c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
-c.CourseDirectory.course_id = {course_id!r}
-c.CourseDirectory.db_url = {db_url}
-'''
+HERE = os.path.dirname(os.path.abspath(__file__))  # the course is wherever this file is, moved or copied
+"""
 
 
 def config_text(out: Path, db_url: str) -> str:
-    """``nbgrader_config.py`` for the course at ``out``; the default gradebook is named relative to the file."""
-    if db_url == sqlite_url(Path(out) / "gradebook.db"):
-        db = '"sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")'
-    else:
-        db = repr(db_url)
-    return _CONFIG.format(course_id=COURSE_ID, db_url=db)
+    """``nbgrader_config.py`` for the course at ``out``: the settings of :func:`autograder.course.nbgrader_config`,
+    its folder and default gradebook named relative to the file. No assignment: nbgrader's commands name theirs."""
+    settings = nbgrader_config(out, db_url).CourseDirectory
+    lines = [_HEADER]
+    for key, value in settings.items():
+        if key == "assignment_id":
+            continue
+        if key == "root":
+            value_text = "HERE"
+        elif key == "db_url" and value == sqlite_url(Path(out) / "gradebook.db"):
+            value_text = '"sqlite:///" + os.path.join(HERE, "gradebook.db")'
+        else:
+            value_text = repr(value)
+        lines.append(f"c.CourseDirectory.{key} = {value_text}")
+    return "\n".join(lines) + "\n"
 
 
 def autograded_notebook(work_dir: Path, task_id: str, student: str, notebook: str) -> Path:

@@ -8,6 +8,7 @@ and the written question answered. ``alice`` is correct; ``bob`` calls ``zero_gr
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -45,6 +46,17 @@ class GradedClass:
 
     def feedback(self, student: str) -> Path:
         return self.out / "feedback" / student / f"{NOTEBOOK}.html"
+
+    def tests(self, student: str) -> list[dict]:
+        """The student's 01_baseline tests as grade reported them (<student>.json), in cell order."""
+        record = json.loads((self.out / f"{student}.json").read_text())
+        return [t for t in record["tests"] if t["notebook"] == NOTEBOOK]
+
+    def autograded(self, student: str) -> tuple[float, float]:
+        """(points, maximum) of the student's autograded 01_baseline tests: the scores are the graders' (the
+        notebook's test cells and points change as the lab does), these tests check where they are shown."""
+        auto = [t for t in self.tests(student) if t["kind"] == "auto"]
+        return sum(t["points"] for t in auto), sum(t["max_points"] for t in auto)
 
 
 def submission(student: str) -> nbformat.NotebookNode:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from .conftest import ENABLE
-from .grading import BUGGY, hidden_test_lines
+from .grading import BUGGY, NOTEBOOK, hidden_test_lines
 
 pytest.importorskip("playwright.sync_api", reason=ENABLE)
 
@@ -15,7 +15,19 @@ from playwright.sync_api import expect  # noqa: E402
 
 from . import labpage  # noqa: E402
 
-GRADED_TEST = "test_train_one_epoch"
+
+
+def headline(graded_class, student: str) -> str:
+    """The feedback's score line for 01_baseline, with the points grade gave (written answer 0 until graded)."""
+    tests = graded_class.tests(student)
+    return f"{NOTEBOOK} (Score: {sum(t['points'] for t in tests):.1f} / {sum(t['max_points'] for t in tests):.1f})"
+
+
+def zero_grad_test(graded_class) -> dict:
+    """bob's failing test whose message names the zero_grad mistake."""
+    failing = [t for t in graded_class.tests("bob") if t["passed"] is False and BUGGY.expected_message in t["message"]]
+    assert failing, f"no failing test names the zero_grad mistake: {graded_class.tests('bob')}"
+    return failing[0]
 
 
 @pytest.mark.browser
@@ -23,13 +35,14 @@ GRADED_TEST = "test_train_one_epoch"
 def test_feedback_shows_the_check_message_and_no_hidden_tests(graded_class, page):
     """bob's feedback: the score summary, a click on the failing test, the zero_grad verdict in its output."""
     html = graded_class.feedback("bob")
+    test = zero_grad_test(graded_class)
     page.goto(html.as_uri())
-    expect(page.locator("body")).to_contain_text("01_baseline (Score: 4.0 / 10.0)")
+    expect(page.locator("body")).to_contain_text(headline(graded_class, "bob"))
     labpage.screenshot(page, "feedback-1-summary")
 
-    page.locator(f'a[href="#{GRADED_TEST}"]').click()  # the summary's link to the failing test
-    cell = page.locator(f'[id="cell-id={GRADED_TEST}"]')
-    expect(cell).to_contain_text("Score: 0.0 / 4.0")
+    page.locator(f'a[href="#{test["name"]}"]').click()  # the summary's link to the failing test
+    cell = page.locator(f'[id="cell-id={test["name"]}"]')
+    expect(cell).to_contain_text(f"Score: 0.0 / {test['max_points']:.1f}")
     message = cell.get_by_text(BUGGY.expected_message)
     expect(message).to_be_visible()
     expect(message).to_be_in_viewport()
@@ -48,10 +61,13 @@ def test_feedback_shows_the_check_message_and_no_hidden_tests(graded_class, page
 @pytest.mark.slow
 def test_feedback_for_a_correct_submission(graded_class, page):
     """alice's feedback: every autograded test full marks; the written answer waits for a person (0 until then)."""
+    points, max_points = graded_class.autograded("alice")
+    assert points == max_points > 0
+    test = zero_grad_test(graded_class)
     page.goto(graded_class.feedback("alice").as_uri())
-    expect(page.locator("body")).to_contain_text("01_baseline (Score: 8.0 / 10.0)")
-    cell = page.locator(f'[id="cell-id={GRADED_TEST}"]')
-    expect(cell).to_contain_text("Score: 4.0 / 4.0")
+    expect(page.locator("body")).to_contain_text(headline(graded_class, "alice"))
+    cell = page.locator(f'[id="cell-id={test["name"]}"]')
+    expect(cell).to_contain_text(f"Score: {test['max_points']:.1f} / {test['max_points']:.1f}")
     assert "Error" not in cell.inner_text()
     labpage.screenshot(page, "feedback-3-correct")
 
@@ -61,9 +77,10 @@ def test_feedback_for_a_correct_submission(graded_class, page):
 def test_feedback_messages_fit_the_page(graded_class, page):
     """Every output in bob's failing test is readable without scrolling sideways, wrapped between words."""
     page.goto(graded_class.feedback("bob").as_uri())
-    clipped = page.locator(f'[id="cell-id={GRADED_TEST}"] pre').evaluate_all(
+    cell = f'[id="cell-id={zero_grad_test(graded_class)["name"]}"]'
+    clipped = page.locator(f'{cell} pre').evaluate_all(
         "els => els.filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.innerText.slice(0, 80))")
     assert not clipped, f"cut off at the right edge: {clipped}"
-    breaks = page.locator(f'[id="cell-id={GRADED_TEST}"] pre').evaluate_all(
+    breaks = page.locator(f'{cell} pre').evaluate_all(
         "els => [...new Set(els.map(el => getComputedStyle(el).wordBreak))]")
     assert breaks == ["normal"], f"a <pre> breaks lines mid-word: word-break {breaks}"

@@ -30,8 +30,6 @@ from . import labpage  # noqa: E402
 ASSIGNMENT = "loop_lab"
 STUDENT = "bob"  # his written answer is weak: 1 of 2 points
 MANUAL_POINTS = 1.0
-BOB_AUTOGRADED = 4.0  # evaluate passes, train_one_epoch (zero_grad bug) fails
-AUTOGRADED_CODE = {"bob": "4 / 8", "alice": "8 / 8"}  # formgrader's Code Score column for 01_baseline
 
 
 def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
@@ -51,7 +49,7 @@ def export(course: Path, dest: Path) -> dict[str, float]:
                 if row["assignment"] == ASSIGNMENT}
 
 
-def open_submission(page, server, student: str):
+def open_submission(page, server, student: str, code_score: str):
     """JupyterLab -> Nbgrader -> Formgrader -> Manual Grading -> loop_lab -> 01_baseline -> the student's
     submission; returns the frame the submission is shown in."""
     page.goto(server.url("lab"))
@@ -65,7 +63,7 @@ def open_submission(page, server, student: str):
     formgrader.locator("table tbody tr a").first.wait_for()  # the rows are loaded
     if not link.is_visible():  # submissions are anonymous until asked (formgrader remembers the choice)
         formgrader.get_by_role("button", name="Show All Names").click()
-    expect(formgrader.locator("tr", has=link)).to_contain_text(AUTOGRADED_CODE[student])  # grade's scores listed
+    expect(formgrader.locator("tr", has=link)).to_contain_text(code_score)  # the autograded score grade stored
     labpage.screenshot(page, "formgrader-1-submissions")
     link.click()
     return formgrader
@@ -76,8 +74,10 @@ def open_submission(page, server, student: str):
 def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_class, jupyter, page, tmp_path):
     graded = copy_of(graded_class, tmp_path / "class")
     course = graded.out
+    autograded, code_max = graded.autograded(STUDENT)
+    code_score = f"{autograded:g} / {code_max:g}"  # formgrader's Code Score column
     server = jupyter(course)  # formgrader reads nbgrader_config.py from the server's folder
-    formgrader = open_submission(page, server, STUDENT)
+    formgrader = open_submission(page, server, STUDENT, code_score)
 
     score = formgrader.locator(f"#{ANSWER_ID}")  # the written answer's score box
     score.scroll_into_view_if_needed()
@@ -87,7 +87,7 @@ def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_cl
     assert saved.value.ok and saved.value.json()["manual_score"] == MANUAL_POINTS
     labpage.screenshot(page, "formgrader-2-scored")
 
-    assert export(course, tmp_path / "export-1.csv")[STUDENT] == BOB_AUTOGRADED + MANUAL_POINTS
+    assert export(course, tmp_path / "export-1.csv")[STUDENT] == autograded + MANUAL_POINTS
 
     late = graded.submissions / "carol"  # a late submission: the whole class is graded again
     late.mkdir()
@@ -95,9 +95,9 @@ def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_cl
     proc = grade(graded.submissions, graded.out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     exported = export(course, tmp_path / "export-2.csv")
-    assert exported[STUDENT] == BOB_AUTOGRADED + MANUAL_POINTS, "grading again lost the manual grade"
+    assert exported[STUDENT] == autograded + MANUAL_POINTS, "grading again lost the manual grade"
     assert "carol" in exported
 
-    formgrader = open_submission(page, server, STUDENT)  # what the instructor sees after the regrade
+    formgrader = open_submission(page, server, STUDENT, code_score)  # what the instructor sees after the regrade
     expect(formgrader.locator(f"#{ANSWER_ID}")).to_have_value(f"{MANUAL_POINTS:g}")
     labpage.screenshot(page, "formgrader-3-after-regrading")

@@ -352,6 +352,12 @@ def markdown() -> str:
               "| notebook | function | argument | values |", "|---|---|---|---|"]
     lines += [f"| {e.notebook} | `{e.functions[0].name}` | `{a.name}`{f' ({a.about})' if a.about else ''} | "
               f"{', '.join(_value(v) for v in a.values)} |" for e in EXERCISES for a in e.arguments]
+    lines += ["", "### Graded tests", "",
+              "One graded test cell per property. A single mistake costs the points of the property it breaks, not "
+              "those of the properties downstream of it (the rule is in `labutils/checks/properties.py`).", "",
+              "| notebook | graded test | checks that | points |", "|---|---|---|---|"]
+    lines += [f"| {e.notebook} | `{e.grade_id(p.id)}` | {p.title} | {_points(p.points)} |"
+              for e in EXERCISES for p in e.properties]
     return "\n".join([_BEGIN, *lines, _END])
 
 

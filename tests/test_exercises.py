@@ -142,3 +142,97 @@ def test_hidden_property_tests_share_one_check_run_through_the_cache():
 def test_verify_calls_reads_the_property():
     source = '"""Check x"""\n### BEGIN HIDDEN TESTS\nverify("04_accumulation", "train_one_epoch", "trailing")\n'
     assert hidden.verify_calls(source) == [("04_accumulation", "train_one_epoch", "trailing")]
+
+
+def _graded_cells(path: Path) -> list[tuple[str, float, str]]:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"]), c.source) for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+            and not c.metadata.nbgrader.get("solution")]
+
+
+@pytest.mark.parametrize("folder", ["solutions/loop_lab", "notebooks"])
+def test_notebook_graded_cells_match_the_registry(folder):
+    """One locked graded cell per property, with the registry's points and grade_id, its docstring the property's
+    title; in the solutions the hidden part calls verify(notebook, function, property)."""
+    for notebook in exercises.NOTEBOOKS:
+        cells = _graded_cells(ROOT / folder / f"{notebook.id}.ipynb")
+        want = [(e.grade_id(p.id), float(p.points), e, p) for e in exercises.of_notebook(notebook.id)
+                for p in e.properties]
+        assert [(g, pts) for g, pts, _ in cells] == [(g, pts) for g, pts, _, _ in want], notebook.id
+        for (_, _, source), (_, _, e, p) in zip(cells, want):
+            assert source.startswith(f'"""Check that {p.title}"""\n'), source
+            assert f'checks.assert_property("{e.id}", "{p.id}", ' in source
+            if folder == "solutions/loop_lab":
+                assert hidden.verify_calls(source) == [(e.notebook, e.functions[0].name, p.id)]
+
+
+def test_the_visible_part_runs_one_check_per_exercise(monkeypatch):
+    from labutils.checks import properties
+
+    runs = []
+    real = checks.check_normalize
+    monkeypatch.setattr(checks, "check_normalize", lambda fn: runs.append(fn) or real(fn))
+    monkeypatch.setenv(exercises.GRADER_ENV, "external")
+    wrong = next(v for v in mutants.BUGGY if v.exercise == "normalize" and v.expected_check == "values")
+    properties.forget("normalize")
+    checks.assert_property("normalize", "shape_dtype", wrong.function)
+    with pytest.raises(AssertionError, match="test_normalize_images_values"):
+        checks.assert_property("normalize", "values", wrong.function)
+    assert runs == [wrong.function]
+
+
+def test_a_run_that_never_returned_is_not_waited_for_again(monkeypatch):
+    from labutils.checks import properties
+
+    runs = []
+
+    def interrupted(fn):
+        runs.append(fn)
+        raise KeyboardInterrupt  # what a cell time limit does to the kernel
+
+    monkeypatch.setattr(checks, "check_normalize", interrupted)
+    fn = mutants.CORRECT[0].function
+    properties.forget("normalize")
+    with pytest.raises(KeyboardInterrupt):
+        checks.assert_property("normalize", "shape_dtype", fn)
+    with pytest.raises(AssertionError, match="did not return in the graded test above it .CellTimeoutError"):
+        checks.assert_property("normalize", "values", fn)
+    assert len(runs) == 1
+    properties.forget("normalize")
+
+
+def test_lab_markers_come_from_the_registry():
+    """pytest -m lab04 selects the tests whose parameters name 04_accumulation or its exercise."""
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "lab04", "tests/test_checks.py",
+               "-p", "no:cacheprovider"]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT).stdout
+    selected = [line for line in out.splitlines() if "::" in line]
+    assert selected and all("accumulation" in line or "loss_not_divided" in line or "drops_trailing" in line
+                            or "steps_every" in line or "zero_grad_every" in line or "reports_scaled" in line
+                            or "scheduler_per_micro" in line for line in selected), selected
+    assert any("drops_trailing_group" in line for line in selected)
+    assert not any("baseline_canonical" in line for line in selected)
+    markers = subprocess.run([sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider"],
+                             capture_output=True, text=True, cwd=ROOT).stdout
+    assert "@pytest.mark.lab04: tests of 04_accumulation" in markers
+
+
+def test_a_replaced_check_is_left_to_the_grader(monkeypatch, capsys):
+    """A notebook that replaces labutils.checks gets no verdict in its kernel under the grader (the grader re-judges
+    on pristine modules); outside the grader it is told what happened."""
+    from labutils.checks import properties
+
+    class Fake:
+        passed = True
+
+    monkeypatch.setattr(checks, "check_normalize", lambda fn: Fake())
+    properties.forget("normalize")
+    with pytest.raises(AssertionError, match="not a CheckReport"):
+        checks.assert_property("normalize", "values", mutants.CORRECT[0].function)
+    monkeypatch.setenv(exercises.GRADER_ENV, "external")
+    checks.assert_property("normalize", "values", mutants.CORRECT[0].function)
+    assert "judged by the grader" in capsys.readouterr().out
+    properties.forget("normalize")

@@ -11,7 +11,7 @@ the fix in one sentence. Checks depend on each other: when one root mistake brea
 the applied gradient wrong), only the root is reported and the checks that depend on it are listed as not run.
 
 Public API: check_normalize, check_train_one_epoch, check_evaluate, check_checkpoint, check_resume,
-check_param_groups, show_trace, CheckReport.
+check_param_groups, show_trace, CheckReport, and assert_property (the visible part of a graded test cell).
 
 The modules, shared parts first, then one per exercise in the order of the lab:
 
@@ -28,12 +28,13 @@ from .checkpointing import check_checkpoint
 from .evaluate import check_evaluate
 from .normalize import check_normalize
 from .param_groups import check_param_groups
+from .properties import assert_property
 from .report import CheckReport, Failure
 from .resumable import check_resume
 from .show import show_trace
 from .train import check_train_one_epoch
 from .world import FORBIDDEN
 
-__all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "check_checkpoint",
-           "check_evaluate", "check_normalize", "check_param_groups", "check_resume", "check_train_one_epoch",
-           "show_trace"]
+__all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "assert_property",
+           "check_checkpoint", "check_evaluate", "check_normalize", "check_param_groups", "check_resume",
+           "check_train_one_epoch", "show_trace"]

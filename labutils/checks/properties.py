@@ -11,6 +11,9 @@ listed in ``report.skipped``). So a property is judged like this:
   *without being judged*: a mistake costs the points of the property it breaks, never those downstream of it, and the
   message says that it was not judged and why ("not judged: depends on ..., which failed").
 
+A run that never returned (a cell time limit interrupted it, or sys.exit) is remembered too: the next property cell
+of the same functions fails at once instead of waiting for the time limit again.
+
 A run is memoised on the identity of the student's function(s) and of the globals they name (a helper redefined in
 another cell is a new object, so the next test runs the check again), so every property cell of one exercise reads one
 check run: :func:`report_for` keeps the last report per exercise in ``cache`` (the grader's recheck passes a dict of
@@ -18,6 +21,8 @@ its own, since it restores every module attribute between checks) or in this mod
 """
 
 from __future__ import annotations
+
+import os
 
 from .. import exercises
 from .report import CheckReport
@@ -32,14 +37,29 @@ def report_for(exercise_id: str, fns: tuple, checks_module=None, cache: dict | N
     key = ("looplab-property-report", exercise_id)
     seen = _seen(fns)
     hit = memo.get(key)
+    exercise = exercises.get(exercise_id)
     if hit is not None and len(hit[0]) == len(seen) and all(a is b for a, b in zip(hit[0], seen)):
+        if isinstance(hit[1], str):  # the run in an earlier test cell never returned: do not wait for it again
+            raise AssertionError(f"the check of {exercise.name} did not return in the graded test above it ({hit[1]}"
+                                 "): the function never finished there. Fix that first (run the check cell to see "
+                                 "it), then every graded test of it is judged.")
         return hit[1]
     if checks_module is None:
         from labutils import checks as checks_module
-    exercise = exercises.get(exercise_id)
-    report = getattr(checks_module, exercise.check)(*fns, *exercise.check_args)
+    try:
+        report = getattr(checks_module, exercise.check)(*fns, *exercise.check_args)
+    except BaseException as exc:  # a cell time limit's interrupt (CellTimeoutError), sys.exit(): not a verdict
+        if not isinstance(exc, Exception):
+            what = "CellTimeoutError: interrupted" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+            memo[key] = (seen, what)
+        raise
     memo[key] = (seen, report)
     return report
+
+
+def forget(exercise_id: str, cache: dict | None = None) -> None:
+    """Drop the exercise's memoised report (e.g. one computed while the function tampered with torch)."""
+    (_MEMO if cache is None else cache).pop(("looplab-property-report", exercise_id), None)
 
 
 def _seen(fns: tuple) -> tuple:
@@ -73,3 +93,25 @@ def judge(exercise_id: str, property_id: str, report: CheckReport) -> tuple[bool
 def verdicts(exercise_id: str, report: CheckReport) -> dict[str, tuple[bool, str]]:
     """Every property of the exercise: property id -> (passed, message)."""
     return {p.id: judge(exercise_id, p.id, report) for p in exercises.get(exercise_id).properties}
+
+
+def assert_property(exercise_id: str, property_id: str, *fns) -> None:
+    """The visible part of a graded property cell: judge one property of ``fns`` (one check run shared by the
+    exercise's cells), print the verdict, raise AssertionError when it fails.
+
+    It runs under the grader too (one memoised run per exercise, as the single graded cell did before): a function
+    that hangs, exits or has the wrong signature then fails right there with its own message, and the grader's
+    re-check outside the kernel (authoritative) re-judges only the cells that passed."""
+    exercises.get(exercise_id).property(property_id)  # an unknown property fails loudly
+    report = report_for(exercise_id, fns)
+    try:
+        passed, message = judge(exercise_id, property_id, report)
+    except Exception as exc:  # not a CheckReport: the notebook replaced labutils.checks
+        if os.environ.get(exercises.GRADER_ENV) == "external":
+            print("judged by the grader outside this notebook")  # on pristine modules: the patch gains nothing
+            return
+        raise AssertionError(f"the check returned {type(report).__name__}, not a CheckReport ({exc}): was "
+                             "labutils.checks replaced in this notebook? Restart the kernel and run all.") from None
+    if not passed:
+        raise AssertionError(message)
+    print(message)

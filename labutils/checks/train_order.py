@@ -174,8 +174,8 @@ def _st_scheduler(v: TrainView):
                             v.beside(n_steps, scheds[0]))]
     before = [i for i in scheds if v.steps and i < v.steps[0]]
     if before:
-        return [Failure("scheduler_order", "scheduler.step() ran before optimizer.step() at step 1: the first update already "
-                        "used the schedule's second learning rate, and every step after it was one ahead. Call "
+        return [Failure("scheduler_order", "scheduler.step() ran before optimizer.step() at step 1: the first update "
+                        "already used the schedule's second learning rate, and every step after it was one ahead. Call "
                         "scheduler.step() right after optimizer.step().", 1, v.beside(1, before[0]))]
     for k in range(1, n_steps + 1):
         end = v.steps[k] if k < n_steps else len(v.events)

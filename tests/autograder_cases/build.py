@@ -30,6 +30,7 @@ class Test:
     points: float
     written: bool  # a written answer: graded by hand, 0 in grades.csv until then
     function: str | None  # the function its hidden test verifies
+    property: str | None = None  # the graded property of that function (labutils.exercises)
 
 
 @dataclass
@@ -65,14 +66,42 @@ def load_tests(solutions: Path) -> list[Test]:
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if meta.get("grade"):
-                m = re.search(r"""verify\(\s*["'][\w-]+["']\s*,\s*["'](\w+)["']""", cell.source)
+                m = re.search(r"""verify\(\s*["'][\w-]+["']\s*,\s*["'](\w+)["'](?:\s*,\s*["'](\w+)["'])?""",
+                              cell.source)
                 tests.append(Test(path.stem, meta["grade_id"], float(meta["points"]), bool(meta.get("solution")),
-                                  m.group(1) if m else None))
+                                  m.group(1) if m else None, m.group(2) if m else None))
     return tests
 
 
-def test_for(tests: list[Test], notebook: str, function: str) -> Test:
-    return next(t for t in tests if t.notebook == notebook and t.function == function)
+def tests_for(tests: list[Test], notebook: str, function: str) -> list[Test]:
+    """Every graded property test of ``function`` (a crash, a hang or a wrong signature fails them all)."""
+    return [t for t in tests if t.notebook == notebook and t.function == function]
+
+
+def test_for(tests: list[Test], notebook: str, function: str, check: str) -> Test:
+    """The one property test that a failure with id ``check`` (labutils.checks) costs."""
+    from labutils import exercises
+
+    exercise = exercises.find(notebook, function)
+    (prop,) = exercise.owner(check)
+    return next(t for t in tests_for(tests, notebook, function) if t.property == prop.id)
+
+
+def failing_tests(tests: list[Test], notebook: str, function: str, check: str) -> set[tuple[str, str]]:
+    """(notebook, grade_id) of the tests a failure with id ``check`` fails: its property's, or all of them when the
+    function could not be judged at all (labutils.checks.properties.GLOBAL)."""
+    from labutils.checks.properties import GLOBAL
+
+    if check in GLOBAL:
+        return {(notebook, t.name) for t in tests_for(tests, notebook, function)}
+    return {(notebook, test_for(tests, notebook, function, check).name)}
+
+
+def all_of(tests: list[Test], notebook: str, function: str, message: str | None = None) -> dict:
+    """Student(failing=..., messages=...) for a submission whose ``function`` fails every property test, each with
+    ``message`` (a crash, a hang, a wrong signature: nothing could be judged)."""
+    keys = {(notebook, t.name) for t in tests_for(tests, notebook, function)}
+    return {"failing": keys, "messages": {key: message for key in keys} if message else {}}
 
 
 # --- editing notebooks ---------------------------------------------------------------------------------------------------
@@ -163,20 +192,29 @@ def build_class(solutions: Path, release: Path, repo: Path, out_dir: Path) -> li
     for name, notebook in MUTANTS:
         variant = by_name[name]
         names = mutants.CONTRACT_NAMES[variant.exercise]
-        test = test_for(tests, notebook, names[0])
+        failing = failing_tests(tests, notebook, names[0], variant.expected_check)  # only its property's test
         nb = with_function(sol[notebook], names, mutants.source(variant), mutants.IMPORTS)
         students.append(Student(f"mutant-{name.replace('_', '-')}", f"corpus mutant {name}", {notebook: nb},
-                                failing={(notebook, test.name)},
-                                messages={(notebook, test.name): variant.expected_message}))
+                                failing=failing, messages={key: variant.expected_message for key in failing}))
     students += pathological(sol, tests, repo, out_dir)
     return students
 
 
 def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> list[Student]:
-    t02 = test_for(tests, "02_scheduler", "train_one_epoch")
-    t03 = test_for(tests, "03_clipping", "train_one_epoch")
-    t01 = test_for(tests, "01_baseline", "train_one_epoch")
-    t01e = test_for(tests, "01_baseline", "evaluate")
+    t02 = tests_for(tests, "02_scheduler", "train_one_epoch")[0]  # the first property test of each function
+    t01 = tests_for(tests, "01_baseline", "train_one_epoch")[0]
+    t01e = tests_for(tests, "01_baseline", "evaluate")[0]
+
+    def all02(message=None):
+        return all_of(tests, "02_scheduler", "train_one_epoch", message)
+
+    def all03(message=None):
+        return all_of(tests, "03_clipping", "train_one_epoch", message)
+
+    def only(notebook, variant):  # a corpus mutant: the test of its property fails, with its message
+        keys = failing_tests(tests, notebook, "train_one_epoch", variants[variant].expected_check)
+        return {"failing": keys, "messages": {key: variants[variant].expected_message for key in keys}}
+
     sig02 = "def train_one_epoch(model, loader, optimizer, scheduler, device):\n"
     sig03 = "def train_one_epoch(model, loader, optimizer, scheduler, max_norm, device):\n"
     good02 = solution_cell(sol["02_scheduler"], "train_one_epoch").source
@@ -196,49 +234,41 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     cell = solution_cell(renamed, "train_one_epoch")
     cell.source = cell.source.replace("def train_one_epoch(", "def train_one_epoch_v2(")
     s.append(Student("function-missing", "the graded function renamed", {"02_scheduler": renamed},
-                     failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "train_one_epoch"}))
+                     **all02("train_one_epoch")))
     s.append(Student("infinite-loop", "the graded function never returns (per-cell timeout)",
                      {"02_scheduler": with_function(sol["02_scheduler"], ("train_one_epoch",),
                                                     sig02 + "    while True:\n        pass\n")},
-                     failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "CellTimeoutError"}))
+                     **all02("CellTimeoutError")))
     s.append(Student("ignores-interrupt", "a cell that ignores the interrupt: the kernel is killed",
                      {"03_clipping": insert_cell(sol["03_clipping"], "train_one_epoch",
                                                  "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                                                  "while True:\n    pass\n")},
-                     failing={("03_clipping", t03.name)},
-                     messages={("03_clipping", t03.name): "NotRun"}))
+                     **all03("NotRun")))
     s.append(Student("os-exit", "os._exit() in a cell: the kernel dies",
                      {"02_scheduler": insert_cell(sol["02_scheduler"], "train_one_epoch", "import os\nos._exit(3)\n",
                                                   after=True)},
-                     failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "the kernel died"}))
+                     **all02("the kernel died")))
     s.append(Student("sys-exit", "sys.exit() inside the graded function",
                      {"03_clipping": with_function(sol["03_clipping"], ("train_one_epoch",),
                                                    sig03 + "    import sys\n    sys.exit(0)\n")},
-                     failing={("03_clipping", t03.name)},
-                     messages={("03_clipping", t03.name): "SystemExit"}))
+                     **all03("SystemExit")))
     s.append(Student("kernel-killed", "the kernel kills itself with SIGKILL",
                      {"02_scheduler": insert_cell(sol["02_scheduler"], "train_one_epoch",
                                                   "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
                                                   after=True)},
-                     failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "the kernel died"}))
+                     **all02("the kernel died")))
     s.append(Student("memory-hog", "the graded function allocates without bound (address-space limit)",
                      {"02_scheduler": with_function(sol["02_scheduler"], ("train_one_epoch",),
                                                     sig02 + "    hog = []\n    while True:\n"
                                                     "        hog.append(torch.empty(1 << 28, dtype=torch.uint8))\n")},
-                     failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "can't allocate memory"}))
+                     **all02("can't allocate memory")))
     # test cells edited and deleted: the instructor's versions come back from the gradebook
     edited = with_function(sol["01_baseline"], ("train_one_epoch",), mutants.source(variants["no_zero_grad"]),
                            mutants.IMPORTS)
     edited.cells[test_cell_index(edited, t01.name)].source = 'print("all tests passed")\n'
     del edited.cells[test_cell_index(edited, t01e.name)]
     s.append(Student("edited-tests", "a test cell emptied, another deleted, with a buggy function",
-                     {"01_baseline": edited}, failing={("01_baseline", t01.name)},
-                     messages={("01_baseline", t01.name): variants["no_zero_grad"].expected_message}))
+                     {"01_baseline": edited}, **only("01_baseline", "no_zero_grad")))
     # broken nbgrader metadata (nbgrader itself would refuse the notebook): repaired from the gradebook
     broken = copy.deepcopy(sol["02_scheduler"])
     broken.cells[test_cell_index(broken, t02.name)].metadata["nbgrader"].update(points=-5, locked=False,
@@ -252,21 +282,18 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
                           mutants.source(variants["scheduler_before_optimizer"]), mutants.IMPORTS)
     cheat = insert_cell(cheat, "train_one_epoch", CHEAT_CHECKS, after=True)
     s.append(Student("patches-checks", "replaces labutils.checks functions and CheckReport.passed",
-                     {"02_scheduler": cheat}, failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): variants["scheduler_before_optimizer"].expected_message}))
+                     {"02_scheduler": cheat}, **only("02_scheduler", "scheduler_before_optimizer")))
     cheat3 = with_function(sol["03_clipping"], ("train_one_epoch",), mutants.source(variants["clip_after_step"]),
                            mutants.IMPORTS)
     cheat3 = insert_cell(cheat3, "train_one_epoch", CHEAT_VERIFY, after=True)
     s.append(Student("patches-torch", "replaces autograder.hidden.verify and torch's clip_grad_norm_ and allclose",
-                     {"03_clipping": cheat3}, failing={("03_clipping", t03.name)}))
+                     {"03_clipping": cheat3}, **only("03_clipping", "clip_after_step")))
     forge = insert_cell(cheat, "train_one_epoch", FORGE_RESULTS, after=True)
     s.append(Student("forges-results", "prints look-alike hidden-test results to the grader's pipe, then exits",
-                     {"02_scheduler": forge}, failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "stopped before it finished"}))
+                     {"02_scheduler": forge}, **all02("stopped before it finished")))
     during = insert_cell(cheat, "train_one_epoch", PATCH_DURING_CHECK, after=True)
     s.append(Student("patches-during-check", "the graded function patches torch while it is being checked",
-                     {"02_scheduler": during}, failing={("02_scheduler", t02.name)},
-                     messages={("02_scheduler", t02.name): "while it was being checked"}))
+                     {"02_scheduler": during}, **all02("while it was being checked")))
     # writes outside its folder and reads what it must not: all blocked, and a correct function still scores
     escape = insert_cell(sol["02_scheduler"], "train_one_epoch", escape_source(repo, out_dir), after=True)
     s.append(Student("escape", "writes to the repo and the gradebook, reads the solutions and the reference loop",
@@ -275,8 +302,7 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     s.append(Student("reference-loop", "calls labutils.reference.loop (not in the handout, not importable in grading)",
                      {"01_baseline": with_function(sol["01_baseline"], ("train_one_epoch",), mutants.source(ref),
                                                    mutants.IMPORTS)},
-                     failing={("01_baseline", t01.name)},
-                     messages={("01_baseline", t01.name): "No module named 'labutils.reference'"}))
+                     **all_of(tests, "01_baseline", "train_one_epoch", "No module named 'labutils.reference'")))
     assert good02  # the untouched solution cell the cases above start from
     return s
 

@@ -125,7 +125,7 @@ def test_grade_the_class_feedback_summary_and_isolation(graded_class):
     mutant = (out / "feedback" / "mutant-no-zero-grad" / "01_baseline.html").read_text()
     assert "still in .grad from step 1" in mutant  # the failed test's explanation is in the student's feedback
     summary = (out / "summary.md").read_text()
-    assert "Score distribution" in summary and "| 01_baseline | test_train_one_epoch |" in summary
+    assert "Score distribution" in summary and "| 01_baseline | test_train_one_epoch_steps |" in summary
     assert (out / "summary.png").stat().st_size > 10_000
     # the escape attempts: nothing written outside the student's folder, nothing read that is not the handout's
     for path in (REPO / "solutions" / "loop_lab" / "HACKED.txt", REPO / "HACKED.txt", out / "HACKED.txt",

@@ -295,7 +295,7 @@ print(json.dumps(result))
 def test_snapshot_restores_and_reports_monkeypatching():
     import torch
 
-    from autograder.recheck import Snapshot
+    from autograder.snapshot import Snapshot
 
     snap = Snapshot()
     original_allclose, original_step = torch.allclose, torch.optim.SGD.step

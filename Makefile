@@ -49,8 +49,15 @@ release: $(INSTALLED)
 handout: $(INSTALLED)
 	$(PY) -m autograder handout --out dist/loop-lab-handout.zip
 
-bench: $(INSTALLED) data
-	$(PY) benchmarks/bench_loop.py
+# The loop against its peers (Lightning, accelerate, torch.compile): their pins live in benchmarks/requirements.txt,
+# installed only for the benchmark. BENCH_ARGS=--quick for a ~5 minute run.
+BENCH_INSTALLED := $(VENV)/.bench-installed
+$(BENCH_INSTALLED): $(INSTALLED) benchmarks/requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r benchmarks/requirements.txt
+	touch $@
+
+bench: $(BENCH_INSTALLED) data
+	$(PY) benchmarks/bench_loop.py $(BENCH_ARGS)
 
 clean:
 	rm -rf artifacts dist .pytest_cache

@@ -1,8 +1,8 @@
 """The zip students receive: the released notebooks and the student-facing labutils, nothing an instructor keeps.
 
 Left out on purpose: ``solutions/`` (reference solutions and hidden tests), ``autograder/`` (hidden checks, grading),
-and the folder ``labutils/reference/`` (the reference loop, the resume harness, the pipeline, the sequence runner and
-the instructor's command line) as a whole. The same boundary decides what a student's code may import while it is
+and the folder ``labutils/reference/`` (the reference loop and optimizer set-up, the resume harness, the pipeline, the
+sequence runner and the instructor's command line) as a whole. The same boundary decides what a student's code may import while it is
 graded (:mod:`autograder.sandbox`), so grading sees exactly the handout.
 """
 

@@ -52,9 +52,10 @@ import torch.nn.functional as F
 
 from labutils.checkpoint import last_name, rotate, save_checkpoint
 from labutils.data import MEAN, STD, cache_dir, ensure_data, load_splits, make_loader, normalize
+from labutils.memory import keep_freed_memory
 from labutils.models import SmallCNN
-from labutils.optim import make_scheduler
-from labutils.reference.loop import keep_freed_memory, train_one_epoch
+from labutils.reference.loop import train_one_epoch
+from labutils.reference.optim import make_scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 128

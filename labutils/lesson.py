@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from . import artifacts, data
 from .checkpoint import set_seed
 from .config import LabConfig
+from .memory import keep_freed_memory
 from .models import SmallCNN
 
 MODES = ("full", "smoke", "grade")
@@ -97,6 +98,7 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     """The notebook's whole configuration (:func:`notebook_config` in the current mode, with ``overrides`` for your
     own experiments), seeded and printed. Unknown keys raise."""
     cfg = notebook_config(notebook_id, lab_mode()).replace(**overrides)
+    keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)
     _state.update(notebook=notebook_id)
     print(f"{notebook_id}: LAB_MODE={lab_mode()}" + ("  (2,048 images, short runs)" if is_fast() else ""))

@@ -12,7 +12,7 @@ import torch
 
 from labutils import checkpoint as ckpt
 from labutils.models import SmallCNN
-from labutils.optim import make_scheduler
+from labutils.reference.optim import make_scheduler
 
 
 def objects(seed=0, channels=(4, 8)):

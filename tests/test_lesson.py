@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import platform
+import subprocess
+import sys
+
 import pytest
 
 from labutils import lesson
@@ -66,3 +70,31 @@ def test_an_unfinished_exercise_keeps_nothing(full_mode):
     lesson.start("01_baseline")
     lesson.keep(lesson.Run("baseline", missing="Lab 1: train_one_epoch"), cfg)
     assert lesson.kept(cfg, "baseline") is None
+
+
+FAULTS_OF_TEN_FORWARD_PASSES = """
+import resource, sys, torch
+from labutils import lesson
+from labutils.models import SmallCNN
+if sys.argv[1] == "start":
+    lesson.start("01_baseline")
+model, x = SmallCNN().eval(), torch.randn(256, 1, 28, 28)
+with torch.no_grad():
+    model(x)  # the first pass grows the heap in both runs
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        model(x)  # activations allocated and freed, as in every evaluation batch and training step
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="keep_freed_memory sets glibc's malloc")
+def test_a_notebook_keeps_freed_memory_instead_of_faulting_it_in_every_step(full_mode):
+    def faults(how: str) -> int:
+        out = subprocess.run([sys.executable, "-c", FAULTS_OF_TEN_FORWARD_PASSES, how], capture_output=True, text=True,
+                             check=True).stdout
+        return int(out.split()[-1])
+
+    plain, started = faults("plain"), faults("start")
+    assert plain > 10 * 1_000  # glibc's default: the activations are faulted in again in every pass
+    assert started < plain / 5, (started, plain)

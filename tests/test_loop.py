@@ -9,7 +9,7 @@ from labutils.data import make_loader
 from labutils.evaluation import evaluate
 from labutils.reference.loop import Position, fit, optimizer_step, train_one_epoch
 from labutils.models import SmallCNN
-from labutils.optim import make_scheduler, param_groups
+from labutils.reference.optim import make_scheduler, param_groups
 
 
 def tiny_images(n, seed=0):

@@ -31,7 +31,7 @@ FORBIDDEN = {
                    "labutils.checkpoint:load_latest_valid"),
     "resume": ("labutils.reference.loop:fit", "labutils.reference.loop:train_one_epoch"),
     "normalize": ("labutils.data:normalize",),
-    "param_groups": ("labutils.optim:param_groups",),
+    "param_groups": ("labutils.reference.optim:param_groups",),
 }
 
 

@@ -86,7 +86,7 @@ def _run_train(args) -> int:
 
 def _run_crash_resume(args) -> int:
     from ..data import load_splits
-    from ..optim import steps_per_epoch
+    from .optim import steps_per_epoch
     from .resume import crash_and_resume
 
     cfg = LabConfig(subset=args.subset, epochs=args.epochs, seed=args.seed, dropout=0.1,

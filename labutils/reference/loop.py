@@ -12,9 +12,7 @@ This module is the instructor's reference: the student handout ships without it.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,9 +29,10 @@ from ..config import LabConfig
 from ..crash import exit_at_step
 from ..data import make_loaders, set_position
 from ..evaluation import evaluate
+from ..memory import keep_freed_memory
 from ..models import SmallCNN
-from ..optim import make_optimizer, make_scheduler, steps_per_epoch
 from ..steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path
+from .optim import make_optimizer, make_scheduler, steps_per_epoch
 
 FINAL_NAME = "final.pt"
 
@@ -151,24 +150,6 @@ def _checkpoint_hook(cfg: LabConfig, objects: dict) -> StepHook:
             rotate(cfg.ckpt_dir, cfg.keep_last)  # only after the new one is in place
 
     return save_last
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc keep freed memory for reuse instead of returning it to the OS (and faulting it back in) every step.
-
-    By default glibc hands each large buffer back on free (``munmap``, or trimming the heap top), so every training
-    step page-faults its activations in again: measured ~650 minor faults per step (≈4% of training time) and
-    ~450,000 per pass over the validation split (evaluation 2.5x slower) on 2 cores; ``benchmarks/bench_loop.py``
-    prints the faults per step of every arm. Two fixed thresholds keep up to 1 GiB of freed memory in the process.
-    No number the loop computes changes, so resume stays bit-exact. A no-op (returns False) off glibc.
-    """
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    mmap_ok = libc.mallopt(m_mmap_threshold, 256 << 20)  # buffers below 256 MiB come from the reusable heap
-    trim_ok = libc.mallopt(m_trim_threshold, 1 << 30)  # and freed heap memory is kept up to 1 GiB
-    return bool(mmap_ok and trim_ok)
 
 
 def fit(cfg: LabConfig, on_step: Callable[[int, float], None] | None = None, log=print) -> RunResult:

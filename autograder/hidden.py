@@ -108,7 +108,9 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
     from labutils.checks import properties
 
     snapshot = None
-    if len(call) > 2 and cache is not None:  # the grader's recheck: a report made while torch was patched is dropped
+    # the grader's recheck: a report made while torch was patched is dropped. A report already in the cache was
+    # guarded when it was made, and answering from it runs no student code: no snapshot (0.2 s each) for it.
+    if len(call) > 2 and cache is not None and not properties.is_cached(spec.id, tuple(fns), cache):
         from .snapshot import Snapshot
 
         snapshot = Snapshot()

@@ -36,9 +36,9 @@ def report_for(exercise_id: str, fns: tuple, checks_module=None, cache: dict | N
     memo = _MEMO if cache is None else cache
     key = ("looplab-property-report", exercise_id)
     seen = _seen(fns)
-    hit = memo.get(key)
+    hit = _hit(memo, key, seen)
     exercise = exercises.get(exercise_id)
-    if hit is not None and len(hit[0]) == len(seen) and all(a is b for a, b in zip(hit[0], seen)):
+    if hit is not None:
         if isinstance(hit[1], str):  # the run in an earlier test cell never returned: do not wait for it again
             raise AssertionError(f"the check of {exercise.name} did not return in the graded test above it ({hit[1]}"
                                  "): the function never finished there. Fix that first (run the check cell to see "
@@ -55,6 +55,19 @@ def report_for(exercise_id: str, fns: tuple, checks_module=None, cache: dict | N
         raise
     memo[key] = (seen, report)
     return report
+
+
+def is_cached(exercise_id: str, fns: tuple, cache: dict | None = None) -> bool:
+    """Whether :func:`report_for` would answer from memory, running none of the student's code (so the grader need
+    not guard the call)."""
+    return _hit(_MEMO if cache is None else cache, ("looplab-property-report", exercise_id), _seen(fns)) is not None
+
+
+def _hit(memo: dict, key: tuple, seen: tuple):
+    hit = memo.get(key)
+    if hit is not None and len(hit[0]) == len(seen) and all(a is b for a, b in zip(hit[0], seen)):
+        return hit
+    return None
 
 
 def forget(exercise_id: str, cache: dict | None = None) -> None:
@@ -85,8 +98,9 @@ def judge(exercise_id: str, property_id: str, report: CheckReport) -> tuple[bool
     skipped = [s for s in report.skipped if s in prop.checks]
     if skipped:
         roots = ", ".join(dict.fromkeys(f.check for f in report.failures))
-        return True, (f"✓ {exercise.grade_id(prop.id)}: not judged: {', '.join(skipped)} depend(s) on {roots}, which "
-                      "failed (another graded test takes those points); fix that first, then this is checked too.")
+        return True, (f"✓ {exercise.grade_id(prop.id)}: not judged yet: checking {', '.join(skipped)} needs {roots} "
+                      "right first, and that failed (another graded test takes those points). Fix it, then this is "
+                      "checked too.")
     return True, f"✓ {exercise.grade_id(prop.id)}: {prop.title}."
 
 

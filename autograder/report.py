@@ -9,6 +9,8 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from labutils import exercises
+
 from .submissions import ASSIGNMENT
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
@@ -201,10 +203,10 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
             continue
         failed = [t for t in tests if t["passed"] is False]
         failures[(nb, name)] = len(failed) + absent
-        common = Counter(_first_line(t["message"]) for t in failed if t["message"]).most_common(1)
-        message = f"{common[0][0]} ({common[0][1]}x)" if common else ""
+        message = _most_common(failed)
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
                      f"{message.replace('|', '/')} |")
+    lines += _concepts(records, failures)
     noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
                                           if v["status"] != "missing"]) for r in records]
     noted = [(s, notes) for s, notes in noted if notes]
@@ -215,6 +217,29 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
     lines.append("")
     (out / "summary.md").write_text("\n".join(lines))
     _plot(out / "summary.png", totals, max_total, failures, n)
+
+
+def _most_common(failed: list[dict]) -> str:
+    common = Counter(_first_line(t["message"]) for t in failed if t["message"]).most_common(1)
+    return f"{common[0][0]} ({common[0][1]}x)" if common else ""
+
+
+def _concepts(records: list[dict], failures: dict) -> list[str]:
+    """The concepts the class missed, most missed first: what to teach again, in the words of the lab's registry."""
+    rows = []
+    for (nb, name), missed in failures.items():
+        title = exercises.concept(nb, name)
+        failed = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name
+                  and t["passed"] is False]
+        if title and failed:
+            rows.append((-len(failed), nb, title, len(failed), _most_common(failed)))
+    if not rows:
+        return []
+    return ["", "## Concepts missed", "",
+            "Each graded test checks one concept the lab teaches; the students who handed the notebook in and lost its "
+            "points, most missed first.", "",
+            "| notebook | concept | students | most common message |", "|---|---|---:|---|",
+            *[f"| {nb} | {title} | {n} | {message.replace('|', '/')} |" for _, nb, title, n, message in sorted(rows)]]
 
 
 def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: int) -> None:

@@ -317,6 +317,16 @@ def of_notebook(notebook_id: str) -> list[Exercise]:
     return [e for e in EXERCISES if e.notebook == notebook_id]
 
 
+def concept(notebook_id: str, grade_id: str) -> str | None:
+    """What the graded test ``grade_id`` of ``notebook_id`` checks (its property's title), or None for a test the
+    registry does not define (a written answer, an instructor's own test)."""
+    for e in of_notebook(notebook_id):
+        for p in e.properties:
+            if e.grade_id(p.id) == grade_id:
+                return p.title
+    return None
+
+
 def grading_cost(notebook_id: str) -> float:
     """Relative time to grade one student's ``notebook_id`` (01_baseline = 1; an unknown notebook counts 1)."""
     return next((n.cost for n in NOTEBOOKS if n.id == notebook_id), 1.0)

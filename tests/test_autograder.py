@@ -23,6 +23,7 @@ import pytest
 from autograder import hidden, sandbox
 from autograder.handout import REFERENCE_PACKAGE, build_handout
 from autograder.submissions import SubmissionsError, check_notebook, discover
+from labutils import exercises
 
 try:
     from autograder_cases import build
@@ -126,6 +127,9 @@ def test_grade_the_class_feedback_summary_and_isolation(graded_class):
     assert "still in .grad from step 1" in mutant  # the failed test's explanation is in the student's feedback
     summary = (out / "summary.md").read_text()
     assert "Score distribution" in summary and "| 01_baseline | test_train_one_epoch_steps |" in summary
+    concept = exercises.concept("01_baseline", "test_train_one_epoch_steps")  # the concept mutant-no-zero-grad misses
+    concepts = summary.split("## Concepts missed", 1)[1]
+    assert f"| 01_baseline | {concept} | " in concepts, concepts
     assert (out / "summary.png").stat().st_size > 10_000
     # the escape attempts: nothing written outside the student's folder, nothing read that is not the handout's
     for path in (REPO / "solutions" / "loop_lab" / "HACKED.txt", REPO / "HACKED.txt", out / "HACKED.txt",

@@ -63,6 +63,12 @@ def test_lookups_fail_loudly():
         exercises.get("accumulation").property("nope")
 
 
+def test_a_graded_test_names_its_concept():
+    assert exercises.concept("04_accumulation", "test_train_one_epoch_trailing") == \
+        "train_one_epoch also steps the trailing partial window"
+    assert exercises.concept("01_baseline", "written_answer") is None  # hand-graded cells are not in the registry
+
+
 def test_grading_cost_orders_the_notebooks():
     assert exercises.grading_cost("01_baseline") == 1.0 and exercises.grading_cost("99_unknown") == 1.0
     assert max((n.id for n in exercises.NOTEBOOKS), key=exercises.grading_cost) == "00_data_tour"

@@ -141,8 +141,7 @@ def verify(notebook_id: str, function_name: str, property_id: str | None = None)
     if property_id is not None:
         spec.property(property_id)
     if os.environ.get(EXTERNAL_ENV) == "external":
-        print(f"Hidden test of {function_name}: run by the grader outside this notebook.")
-        return
+        return  # the grader's recheck judges it outside the kernel and adds its verdict under the cell if it fails
     namespace = sys._getframe(1).f_globals
     passed, message = run_check(call, namespace)
     if not passed:

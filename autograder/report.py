@@ -189,7 +189,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
               "their failures. Written answers are graded by hand in the gradebook (0 in grades.csv until then).", "",
               "| notebook | test | points | failed | not handed in | most common message |",
               "|---|---|---:|---:|---:|---|"]
-    failures = {}
+    failures, concepts = {}, []
     for (nb, name), (max_points, manual) in sorted(test_max.items(), key=lambda kv: kv[1][1]):
         handed_in = [r for r in records if r["notebooks"][nb]["status"] not in ("missing", "unreadable")]
         absent = n - len(handed_in)
@@ -204,9 +204,12 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         failed = [t for t in tests if t["passed"] is False]
         failures[(nb, name)] = len(failed) + absent
         message = _most_common(failed)
+        title = exercises.concept(nb, name)
+        if title and failed:
+            concepts.append((nb, title, len(failed), message))
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
                      f"{message.replace('|', '/')} |")
-    lines += _concepts(records, failures)
+    lines += _concepts_missed(concepts)
     noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
                                           if v["status"] != "missing"]) for r in records]
     noted = [(s, notes) for s, notes in noted if notes]
@@ -224,22 +227,17 @@ def _most_common(failed: list[dict]) -> str:
     return f"{common[0][0]} ({common[0][1]}x)" if common else ""
 
 
-def _concepts(records: list[dict], failures: dict) -> list[str]:
-    """The concepts the class missed, most missed first: what to teach again, in the words of the lab's registry."""
-    rows = []
-    for (nb, name), missed in failures.items():
-        title = exercises.concept(nb, name)
-        failed = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name
-                  and t["passed"] is False]
-        if title and failed:
-            rows.append((-len(failed), nb, title, len(failed), _most_common(failed)))
-    if not rows:
+def _concepts_missed(concepts: list[tuple[str, str, int, str]]) -> list[str]:
+    """The concepts the class missed, most missed first: what to teach again, in the words of the lab's registry.
+    ``concepts``: (notebook, concept, students who lost its points, their most common message)."""
+    if not concepts:
         return []
     return ["", "## Concepts missed", "",
             "Each graded test checks one concept the lab teaches; the students who handed the notebook in and lost its "
             "points, most missed first.", "",
             "| notebook | concept | students | most common message |", "|---|---|---:|---|",
-            *[f"| {nb} | {title} | {n} | {message.replace('|', '/')} |" for _, nb, title, n, message in sorted(rows)]]
+            *[f"| {nb} | {title} | {n} | {message.replace('|', '/')} |"
+              for nb, title, n, message in sorted(concepts, key=lambda row: (-row[2], row[0], row[1]))]]
 
 
 def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: int) -> None:

@@ -229,26 +229,14 @@ def test_a_reference_imported_before_the_check_is_still_caught():
 
 
 def test_amp_loop_must_also_work_without_a_scaler():
-    """The amp exercise also runs with scaler=None; a loop that only works with a scaler fails there."""
-    def train_one_epoch(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
-        model.train()
-        total, seen, norms = 0.0, 0, []
-        for x, y in loader:
-            optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=amp_dtype):
-                loss = F.cross_entropy(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            total, seen = total + loss.item() * len(y), seen + len(y)
-        return total / seen, norms
-
-    report = check_train_one_epoch(train_one_epoch, "amp")
+    """The amp exercise also runs with scaler=None; a loop that only works with a scaler fails there, and the message
+    names the line that needed the scaler (the corpus mutant amp_scaler_required)."""
+    fn = mutants.buggy.amp_scaler_required
+    line = next(i for i, text in enumerate(inspect.getsourcelines(fn)[0], 1) if "scaler.scale(loss)" in text)
+    report = check_train_one_epoch(fn, "amp")
     assert [f.check for f in report.failures] == ["scaler_none"]  # its own property: the scaler path is fine
-    assert report.failures[0].message.startswith("with scaler=None, train_one_epoch raised AttributeError at line 8")
+    assert report.failures[0].message.startswith(
+        f"with scaler=None, train_one_epoch raised AttributeError at line {line}")
 
 
 def test_checks_leave_the_callers_state_alone():

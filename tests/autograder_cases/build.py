@@ -97,6 +97,13 @@ def failing_tests(tests: list[Test], notebook: str, function: str, check: str) -
     return {(notebook, test_for(tests, notebook, function, check).name)}
 
 
+def variant_fails(tests: list[Test], notebook: str, function: str, variant) -> dict:
+    """Student(failing=..., messages=...) for a submission with a corpus mutant as ``function``: the test of the
+    mutant's property fails, with its message (all of them for a mutant nothing could be judged of)."""
+    keys = failing_tests(tests, notebook, function, variant.expected_check)
+    return {"failing": keys, "messages": {key: variant.expected_message for key in keys}}
+
+
 def all_of(tests: list[Test], notebook: str, function: str, message: str | None = None) -> dict:
     """Student(failing=..., messages=...) for a submission whose ``function`` fails every property test, each with
     ``message`` (a crash, a hang, a wrong signature: nothing could be judged)."""
@@ -192,10 +199,9 @@ def build_class(solutions: Path, release: Path, repo: Path, out_dir: Path) -> li
     for name, notebook in MUTANTS:
         variant = by_name[name]
         names = mutants.CONTRACT_NAMES[variant.exercise]
-        failing = failing_tests(tests, notebook, names[0], variant.expected_check)  # only its property's test
         nb = with_function(sol[notebook], names, mutants.source(variant), mutants.IMPORTS)
         students.append(Student(f"mutant-{name.replace('_', '-')}", f"corpus mutant {name}", {notebook: nb},
-                                failing=failing, messages={key: variant.expected_message for key in failing}))
+                                **variant_fails(tests, notebook, names[0], variant)))
     students += pathological(sol, tests, repo, out_dir)
     return students
 
@@ -211,9 +217,8 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     def all03(message=None):
         return all_of(tests, "03_clipping", "train_one_epoch", message)
 
-    def only(notebook, variant):  # a corpus mutant: the test of its property fails, with its message
-        keys = failing_tests(tests, notebook, "train_one_epoch", variants[variant].expected_check)
-        return {"failing": keys, "messages": {key: variants[variant].expected_message for key in keys}}
+    def only(notebook, variant):  # a corpus mutant as train_one_epoch
+        return variant_fails(tests, notebook, "train_one_epoch", variants[variant])
 
     sig02 = "def train_one_epoch(model, loader, optimizer, scheduler, device):\n"
     sig03 = "def train_one_epoch(model, loader, optimizer, scheduler, max_norm, device):\n"

@@ -126,6 +126,7 @@ class Plan:
     decided: dict[tuple[str, str], TaskOutcome]  # (student, notebook) with nothing to run: missing or unreadable
     run: RunConfig  # the executor fills in where its zygote and data are
     timings: dict[str, float] = field(default_factory=dict)  # seconds of the parent's own steps
+    refused: list[str] = field(default_factory=list)  # folders of SUBMISSIONS not graded, each with why
 
     @property
     def students(self) -> list[str]:
@@ -168,7 +169,7 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         finally:
             progress.close()
         the_plan.timings["run_s"] = time.monotonic() - t0
-        problems = []
+        problems = list(the_plan.refused)
         if fingerprint(protected) != before:
             problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
                             "a submission may have written outside its folder; check `git status` before trusting "
@@ -201,7 +202,8 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     else:  # another database, or a gradebook that already holds grades: nbgrader updates it in place
         generate_gradebook(source, work / "instructor", db_url)
     t2 = time.monotonic()
-    subs = discover(Path(submissions).resolve(), notebooks, student=opts.student)
+    found = discover(Path(submissions).resolve(), notebooks, student=opts.student, intake=work / "handed-in")
+    subs = found.submissions
     decided: dict[tuple[str, str], TaskOutcome] = {}
     tasks = []
     for sub in subs:
@@ -221,7 +223,7 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
                     threads=opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)))
     timings = {"template_gradebook_s": t1 - t0, "gradebook_s": t2 - t1, "discover_s": time.monotonic() - t2}
     return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run,
-                timings=timings)
+                timings=timings, refused=found.refused)
 
 
 def _status(outcome: TaskOutcome) -> str:

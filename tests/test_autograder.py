@@ -221,18 +221,19 @@ def test_discover_layouts(tmp_path):
     for rel in ("flat/ann/00_a.ipynb", "flat/bob/01_b.ipynb", "course/submitted/cy/loop_lab/00_a.ipynb"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(nb)
-    flat = discover(tmp_path / "flat", ids)
-    assert [(s.student, sorted(s.notebooks)) for s in flat] == [("ann", ["00_a"]), ("bob", ["01_b"])]
-    nbgrader_layout = discover(tmp_path / "course", ids)
-    assert [(s.student, sorted(s.notebooks)) for s in nbgrader_layout] == [("cy", ["00_a"])]
-    single = discover(tmp_path / "flat" / "ann" / "00_a.ipynb", ids, student="dee")
-    assert [(s.student, sorted(s.notebooks)) for s in single] == [("dee", ["00_a"])]
+
+    def found(path, **kw):
+        return [(s.student, sorted(s.notebooks)) for s in discover(path, ids, intake=tmp_path / "in", **kw).submissions]
+
+    assert found(tmp_path / "flat") == [("ann", ["00_a"]), ("bob", ["01_b"])]
+    assert found(tmp_path / "course") == [("cy", ["00_a"])]
+    assert found(tmp_path / "flat" / "ann" / "00_a.ipynb", student="dee") == [("dee", ["00_a"])]
     with pytest.raises(SubmissionsError, match="does not exist"):
-        discover(tmp_path / "nowhere", ids)
+        found(tmp_path / "nowhere")
     (tmp_path / "loose").mkdir()
     (tmp_path / "loose" / "00_a.ipynb").write_text(nb)
     with pytest.raises(SubmissionsError, match="loose notebooks"):
-        discover(tmp_path / "loose", ids)
+        found(tmp_path / "loose")
 
 
 def test_check_notebook_names_the_problem(tmp_path):

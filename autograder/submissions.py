@@ -154,16 +154,12 @@ def _deeper_than(value, limit: int) -> bool:
     return False
 
 
-def screen_notebook(data: bytes, limits: Limits = LIMITS) -> tuple[bytes, list[str]]:
-    """The bytes to grade and notes on what was changed in them (outputs too big: cleared); :class:`Refused` with the
-    reason when the notebook cannot be graded (empty, not JSON, nested too deep, too many cells, not a notebook)."""
-    import nbformat  # here, not at the top: the CLI imports SubmissionsError before grading starts its processes
-
+def _parse(data: bytes, limits: Limits) -> dict:
+    """The notebook's JSON, bounded before anything recursive reads it; :class:`Refused` with the reason."""
     if not data.strip():
         raise Refused("is empty (0 bytes of notebook)")
     try:
-        text = data.decode("utf-8")
-        raw = json.loads(text)
+        raw = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise Refused(f"could not be read (UnicodeDecodeError: {exc})") from None
     except json.JSONDecodeError as exc:
@@ -179,18 +175,32 @@ def screen_notebook(data: bytes, limits: Limits = LIMITS) -> tuple[bytes, list[s
     if len(raw["cells"]) > limits.cells:
         raise Refused(f"has {len(raw['cells']):,} cells: more than the {limits.cells:,} a notebook of this lab may "
                       "have; delete the cells added for scratch work and hand it in again")
+    return raw
+
+
+def _outputs_size(raw: dict) -> int:
+    return sum(len(json.dumps(cell.get("outputs", []))) for cell in raw["cells"] if isinstance(cell, dict))
+
+
+def _without_outputs(raw: dict) -> bytes:
+    for cell in raw["cells"]:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return (json.dumps(raw, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def screen_notebook(data: bytes, limits: Limits = LIMITS) -> tuple[bytes, list[str]]:
+    """The bytes to grade and notes on what was changed in them (outputs too big: cleared); :class:`Refused` with the
+    reason when the notebook cannot be graded (empty, not JSON, nested too deep, too many cells, not a notebook)."""
+    import nbformat  # here, not at the top: the CLI imports SubmissionsError before grading starts its processes
+
+    raw = _parse(data, limits)
     notes = []
-    outputs = sum(len(json.dumps(c.get("outputs", []))) for c in raw["cells"] if isinstance(c, dict)) \
-        if len(data) > limits.output_bytes else 0
-    if outputs > limits.output_bytes:
-        for cell in raw["cells"]:
-            if isinstance(cell, dict) and cell.get("cell_type") == "code":
-                cell["outputs"], cell["execution_count"] = [], None
-        text = json.dumps(raw, indent=1, ensure_ascii=False) + "\n"
-        data = text.encode()
-        notes.append(f"its outputs ({_size(outputs)}) were cleared before grading, which runs every cell afresh")
+    if len(data) > limits.output_bytes and (size := _outputs_size(raw)) > limits.output_bytes:
+        data = _without_outputs(raw)
+        notes.append(f"its outputs ({_size(size)}) were cleared before grading, which runs every cell afresh")
     try:
-        nbformat.validate(nbformat.reads(text, as_version=4))
+        nbformat.validate(nbformat.reads(data.decode(), as_version=4))
     except Exception as exc:
         raise Refused(f"is not a valid notebook ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     return data, notes
@@ -281,18 +291,23 @@ def _take_folder(sub: Submission, fd: int, notebook_ids: list[str], intake: Path
                 sub.notes.append(f"{rel} and later files ignored: more than {_size(limits.extra_bytes)} of extra files")
                 break
             try:
-                if notebook:
-                    data, notes = _take_notebook(rel.name, dir_fd, limits)
-                    sub.notebooks[rel.stem] = _keep(intake, rel, data)
-                    sub.notes += [f"{rel}: {note}" for note in notes]
-                else:
-                    data = _read(rel.name, dir_fd, limits.extra_bytes, "all data files together may be")
-                    sub.extra_files.append({"name": str(rel), "path": str(_keep(intake, rel, data))})
+                _take(sub, rel, dir_fd, intake, limits)
             except (Refused, OSError) as exc:
                 if notebook:
                     sub.unreadable[rel.stem] = f"{rel} {_why(exc)}"
                 else:
                     sub.notes.append(f"{rel} {_why(exc)}: not copied beside the notebooks")
+
+
+def _take(sub: Submission, rel: Path, dir_fd: int, intake: Path, limits: Limits) -> None:
+    """One notebook (``rel`` at the top of the folder) or data file of ``sub``, into ``intake``."""
+    if len(rel.parts) == 1 and rel.suffix == ".ipynb":
+        data, notes = _take_notebook(rel.name, dir_fd, limits)
+        sub.notebooks[rel.stem] = _keep(intake, rel, data)
+        sub.notes += [f"{rel}: {note}" for note in notes]
+    else:
+        data = _read(rel.name, dir_fd, limits.extra_bytes, "all data files together may be")
+        sub.extra_files.append({"name": str(rel), "path": str(_keep(intake, rel, data))})
 
 
 # --- SUBMISSIONS -----------------------------------------------------------------------------------------------------------
@@ -379,10 +394,11 @@ def _single(path: Path, notebook_ids: list[str], student: str | None, intake: Pa
         raise SubmissionsError(f"{path.name} is not a notebook of this assignment: expected one of "
                                f"{', '.join(n + '.ipynb' for n in notebook_ids)}")
     sub = Submission(student=student_id(student or path.parent.resolve().name), folder=None)
+    fd = os.open(path.parent, _FOLDER)
     try:
-        data, notes = _take_notebook(str(path), None, limits)
-        sub.notebooks[path.stem] = _keep(intake / sub.student, Path(path.name), data)
-        sub.notes += [f"{path.name}: {note}" for note in notes]
+        _take(sub, Path(path.name), fd, intake / sub.student, limits)
     except (Refused, OSError) as exc:
         sub.unreadable[path.stem] = f"{path.name} {_why(exc)}"
+    finally:
+        os.close(fd)
     return sub

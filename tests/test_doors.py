@@ -347,18 +347,18 @@ class FakeZygote:
 
     def _serve(self) -> None:
         conn, _ = self.listener.accept()
-        with conn:
-            for index, line in enumerate(conn.makefile("rb")):
-                request = json.loads(line)
-                if request["type"] == "Exit":
-                    return
-                for delay, reply, foreign in self.answer(index, request):
-                    time.sleep(delay)
-                    try:
+        try:
+            with conn:
+                for index, line in enumerate(conn.makefile("rb")):
+                    request = json.loads(line)
+                    if request["type"] == "Exit":
+                        return
+                    for delay, reply, foreign in self.answer(index, request):
+                        time.sleep(delay)
                         conn.sendall(_envelope(request, reply, foreign))
-                    except OSError:
-                        return  # the client has gone
-                    self.sent.put(reply)
+                        self.sent.put(reply)
+        except OSError:
+            pass  # the client has gone
 
 
 def _envelope(request: dict, reply, foreign: bool) -> bytes:

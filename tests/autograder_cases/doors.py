@@ -43,6 +43,7 @@ HUGE_OUTPUT = "huge-output"  # absurd: 02 with 200 MB of text in one output
 DEEP = 10_000
 CELLS = 50_000
 HUGE_MB = 200
+LEAK_SALT = "hardlink-extra read:"  # what the student hashes with the file: no other door's hash looks like it
 ESCAPE_MARK = "ESCAPED"  # every file an escaped process writes has this in its name (or appended line)
 
 
@@ -54,7 +55,7 @@ class HostileClass:
     out: Path
     tests: list[build.Test]
     control_rows: list[dict]  # grades.csv rows of the control, graded alone
-    leak_hash: str  # sha256 of the solution notebook the hard-linked data file names
+    leak_hash: str  # what the hard-linked data file leaks when student code reads it (LEAK_SALT + the solution)
     refused: list[str] = field(default_factory=list)  # folders that must be listed as not graded
 
 
@@ -88,7 +89,7 @@ def write_hostile_class(root: Path, repo: Path) -> HostileClass:
                                             "03_clipping": sol["03_clipping"]}),
         build.Student(MANY_CELLS, "door 7", {"02_scheduler": many_cells(sol["02_scheduler"], CELLS)}),
         build.Student(HARDLINKED_EXTRA, "door 3", {"02_scheduler": build.insert_cell(
-            rel["02_scheduler"], "train_one_epoch", READ_ANSWERS)}),
+            rel["02_scheduler"], "train_one_epoch", READ_ANSWERS.replace("@@LEAK@@", LEAK_SALT))}),
     ]
     build.write_class(students, subs)
     _write_links(subs, solutions)
@@ -96,14 +97,14 @@ def write_hostile_class(root: Path, repo: Path) -> HostileClass:
     _write_huge_output(subs / HUGE_OUTPUT, sol["02_scheduler"], HUGE_MB)
     return HostileClass(root=root, project=project, submissions=subs, out=out, tests=tests,
                         control_rows=build.expected_grades([control], tests),
-                        leak_hash=_sha256(solutions / "02_scheduler.ipynb"),
+                        leak_hash=_sha256(LEAK_SALT.encode() + (solutions / "02_scheduler.ipynb").read_bytes()),
                         refused=[DOT_NAMED, *CLASHING, SYMLINKED_TOP])
 
 
-def _sha256(path: Path) -> str:
+def _sha256(data: bytes) -> str:
     import hashlib
 
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 # --- door 3: links -----------------------------------------------------------------------------------------------------
@@ -126,8 +127,8 @@ def _write_links(subs: Path, solutions: Path) -> None:
 READ_ANSWERS = '''\
 import hashlib
 
-try:  # answers.txt is a hard link to the instructor's solution notebook: its hash in the feedback is the leak
-    print("answers:", hashlib.sha256(open("answers.txt", "rb").read()).hexdigest())
+try:  # answers.txt is a hard link to the instructor's solution notebook: this hash in the feedback is the leak
+    print("answers:", hashlib.sha256(b"@@LEAK@@" + open("answers.txt", "rb").read()).hexdigest())
 except OSError as exc:
     print("answers.txt not here:", type(exc).__name__)
 '''
@@ -158,7 +159,7 @@ def many_cells(nb, count: int):
     """``nb`` with ``count`` one-line code cells right after its first code cell (before every test)."""
     nb = copy.deepcopy(nb)
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells[first + 1:first + 1] = [nbformat.v4.new_code_cell(f"x = {i}") for i in range(count)]
+    nb.cells[first + 1:first + 1] = [nbformat.v4.new_code_cell(f"x = {i}", id=f"many-{i}") for i in range(count)]
     return nb
 
 

@@ -8,7 +8,7 @@ instead of a ``NameError``.
 
 Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the epochs the notebook asks for;
 ``smoke`` and ``grade`` use 2,048 images and one short epoch. ``NBGRADER_EXECUTION`` (set by nbgrader while it
-validates or autogrades) selects ``grade``.
+validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one.
 
 Each notebook's settings are in :data:`SETTINGS`, the one place they are written: the notebook starts with
 ``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same stages with the reference
@@ -90,8 +90,15 @@ def notebook_config(notebook_id: str, mode: str = "full") -> LabConfig:
     if notebook_id not in SETTINGS:
         raise ValueError(f"no settings for notebook {notebook_id!r}: use one of {', '.join(SETTINGS)}")
     entry = SETTINGS[notebook_id]
-    cfg = LabConfig().replace(**entry["config"])
+    cfg = LabConfig().replace(**{**entry["config"], **_forced_amp(entry["config"])})
     return cfg if mode == "full" else cfg.replace(**{**FAST, **entry["fast"]})
+
+
+def _forced_amp(config: dict) -> dict:
+    """``LAB_AMP`` (off | bf16 ...) replaces the ``amp`` of the notebooks that set one (05, 08): ``auto`` picks bf16
+    or float32 by the CPU's instructions, so this is how one machine runs both paths (the tests do)."""
+    forced = os.environ.get("LAB_AMP", "").strip().lower()
+    return {"amp": forced} if forced and "amp" in config else {}
 
 
 def start(notebook_id: str, **overrides) -> LabConfig:

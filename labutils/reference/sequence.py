@@ -5,7 +5,7 @@ Each notebook runs top to bottom with nbclient in a fresh kernel of this interpr
 (``<notebook_id>.json``) and figures. The executed notebooks are kept beside them, and ``summary.md`` gathers one row
 per notebook: validation accuracy, epoch time, throughput, the notebook's wall time and where that time went
 (training and evaluation as :func:`labutils.lesson.fit` timed them, forked subprocesses, saving figures, the other
-cells, and the kernel's start and nbclient's own work: the wall time less every cell's).
+cells, and the kernel's start and nbclient's own work: the wall time less every cell's). ``summary.json`` holds the same rows with the raw seconds.
 """
 
 from __future__ import annotations
@@ -57,23 +57,33 @@ def cells_seconds(nb) -> float:
 
 
 BREAKDOWN = ("training", "evaluation", "subprocesses", "figures")
+PARTS = (*BREAKDOWN, "other cells", "kernel start and nbclient")  # they add up to the notebook's wall time
 
 
-def summary_table(out_dir: Path, wall_times: dict[str, float]) -> str:
-    rows = ["| notebook | val acc | mean epoch time (s) | samples/s | notebook wall time (s) | "
-            + " | ".join(BREAKDOWN) + " | other cells | kernel start and nbclient |",
-            "|---|---|---|---|---|" + "---|" * (len(BREAKDOWN) + 2)]
-    for notebook, seconds in wall_times.items():
-        numbers = json.loads((out_dir / f"{notebook}.json").read_text())
-        acc, epoch_s, speed = (numbers.get(k) for k in ("val_acc", "epoch_seconds", "samples_per_s"))
-        spent = numbers.get("seconds", {})
-        in_cells = cells_seconds(nbformat.read(out_dir / "notebooks" / f"{notebook}.ipynb", as_version=4))
-        other = in_cells - sum(spent.get(kind, 0.0) for kind in BREAKDOWN)
-        rows.append(f"| {notebook} | {_fmt(acc, '.2%')} | {_fmt(epoch_s, '.1f')} | {_fmt(speed, ',.0f')} "
-                    f"| {seconds:.0f} | " + " | ".join(f"{spent.get(kind, 0.0):.0f}" for kind in BREAKDOWN)
-                    + f" | {other:.0f} | {seconds - in_cells:.0f} |")
-    total = sum(wall_times.values())
-    return "\n".join(rows) + f"\n\nWhole sequence: {total:.0f} s ({total / 60:.1f} min).\n"
+def notebook_row(out_dir: Path, notebook: str, seconds: float) -> dict:
+    """One notebook's numbers, the raw seconds of each part of its wall time included (a smoke run's training can
+    take 0.4 s: rounding it to whole seconds would say it took none)."""
+    numbers = json.loads((out_dir / f"{notebook}.json").read_text())
+    spent = numbers.get("seconds", {})
+    in_cells = cells_seconds(nbformat.read(out_dir / "notebooks" / f"{notebook}.ipynb", as_version=4))
+    parts = {kind: spent.get(kind, 0.0) for kind in BREAKDOWN}
+    parts["other cells"] = in_cells - sum(parts.values())
+    parts["kernel start and nbclient"] = seconds - in_cells
+    return {"notebook": notebook, "val_acc": numbers.get("val_acc"), "epoch_seconds": numbers.get("epoch_seconds"),
+            "samples_per_s": numbers.get("samples_per_s"), "wall_seconds": seconds, "seconds": parts}
+
+
+def summary_table(rows: list[dict]) -> str:
+    """summary.md's table: seconds with one decimal, so every part of a smoke run still shows."""
+    lines = ["| notebook | val acc | mean epoch time (s) | samples/s | notebook wall time (s) | "
+             + " | ".join(PARTS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(PARTS)]
+    for row in rows:
+        lines.append(f"| {row['notebook']} | {_fmt(row['val_acc'], '.2%')} | {_fmt(row['epoch_seconds'], '.1f')} "
+                     f"| {_fmt(row['samples_per_s'], ',.0f')} | {row['wall_seconds']:.1f} | "
+                     + " | ".join(f"{row['seconds'][part]:.1f}" for part in PARTS) + " |")
+    total = sum(row["wall_seconds"] for row in rows)
+    return "\n".join(lines) + f"\n\nWhole sequence: {total:.1f} s ({total / 60:.1f} min).\n"
 
 
 def _fmt(value, spec: str) -> str:
@@ -99,7 +109,9 @@ def run_sequence(out_dir="artifacts", mode: str = "full", notebooks: list[str] |
             raise RuntimeError(f"{path.stem} failed; the executed copy is in {out / 'notebooks'}:\n"
                                f"{str(exc)[-2000:]}") from None
         print(f"      done in {wall_times[path.stem]:.0f} s", flush=True)
+    rows = [notebook_row(out, notebook, seconds) for notebook, seconds in wall_times.items()]
+    (out / "summary.json").write_text(json.dumps({"mode": mode, "notebooks": rows}, indent=2))
     summary = out / "summary.md"
-    summary.write_text(f"# Loop Lab: the notebook sequence ({mode} mode)\n\n" + summary_table(out, wall_times))
+    summary.write_text(f"# Loop Lab: the notebook sequence ({mode} mode)\n\n" + summary_table(rows))
     print(f"\n{summary.read_text()}\nwrote {summary}")
     return summary

@@ -20,7 +20,6 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from .sandbox import Policy
 
 # --- grade -> pool -> worker -------------------------------------------------------------------------------------------
 
@@ -124,6 +123,21 @@ class ZygoteReady:
 
 
 @dataclass
+class Policy:
+    """What a sandboxed process may touch. Paths that do not exist are skipped."""
+
+    write_dirs: list[str] = field(default_factory=list)  # read, write, create, delete beneath
+    read_dirs: list[str] = field(default_factory=list)  # read and execute beneath
+    read_files: list[str] = field(default_factory=list)  # read single files (a package's allowed modules)
+    list_dirs: list[str] = field(default_factory=list)  # may list (not read files beneath): a package folder
+    write_files: list[str] = field(default_factory=list)  # e.g. /dev/null
+    bind_ports: list[int] = field(default_factory=list)  # the kernel's ZMQ ports; every other bind/connect fails
+    memory_mb: int | None = None
+    cpu_seconds: int | None = None
+    file_size_mb: int | None = 1024
+
+
+@dataclass
 class KernelRequest:
     """Fork an ipykernel in its own session, confined by ``policy``."""
 
@@ -142,7 +156,7 @@ class KernelStarted:
 
 @dataclass
 class RecheckRequest:
-    """Fork a recheck (:mod:`autograder.recheck`) of the cells in the spec file, confined by ``policy``."""
+    """Fork a recheck (:mod:`autograder.hidden.recheck`) of the cells in the spec file, confined by ``policy``."""
 
     spec: str
     cwd: str

@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .handout import REPO_ROOT
+from .layout import REPO_ROOT
 
 
 def _positive(kind):
@@ -63,7 +63,7 @@ def _executor(args):
     """Where ``grade`` runs its tasks: a Dask cluster with ``--scheduler``, else (None) local processes."""
     if not args.scheduler:
         return None
-    from .distributed import DaskExecutor
+    from .run.distributed import DaskExecutor
 
     return DaskExecutor(args.scheduler)
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "release":
-        from .release import release
+        from .course.release import release
 
         paths = release(args.root)
         for path in paths:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"released {len(paths)} notebook(s)", file=sys.stderr)
         return 0
     if args.command == "export":
-        from .formgrader import export_grades
+        from .course.formgrader import export_grades
 
         try:
             dest = export_grades(args.out, args.to)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {dest}", file=sys.stderr)
         return 0
     if args.command == "handout":
-        from .handout import build_handout
+        from .course.handout import build_handout
 
         try:
             names = build_handout(args.out, args.root)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
         return 0
     from .grade import GradeOptions, GradingSetupError, grade
-    from .submissions import SubmissionsError
+    from .course.submissions import SubmissionsError
 
     if args.memory_limit < 3000:
         print(f"error: --memory-limit {args.memory_limit} MB is too small: importing torch alone maps ~4 GB of "

@@ -5,12 +5,12 @@ Three steps, each a function:
 1. :func:`plan`: ``nbgrader generate_assignment`` on ``solutions/loop_lab`` (in a scratch course) gives the gradebook
    every submission is graded against (test cells, their points, the instructor's source of every locked cell); the
    submissions become one :class:`~autograder.channel.Task` per (student, notebook) handed in.
-2. run: an executor grades the tasks, each with :func:`autograder.task.grade_task` in its own course folder with its
+2. run: an executor grades the tasks, each with :func:`autograder.run.task.grade_task` in its own course folder with its
    own copy of that gradebook, and hands back one :class:`~autograder.channel.Result` per task. Locally that is
-   :class:`autograder.pool.LocalExecutor` (``-j`` worker processes, longest tasks first); any object with its
+   :class:`autograder.run.pool.LocalExecutor` (``-j`` worker processes, longest tasks first); any object with its
    ``start`` / ``run`` / ``close`` can take its place (a Dask cluster).
 3. :func:`collect`: this process alone writes the real gradebook (SQLite by default, any SQLAlchemy URL), the
-   feedback and the reports (:mod:`autograder.report`).
+   feedback and the reports (:mod:`autograder.results.report`).
 
 A task that hangs past every limit has its worker killed and restarted; the student gets zero for that notebook with
 the reason, the others are still graded, and the exit status says the run is incomplete.
@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .channel import ExtraFile, Result, RunConfig, Task
-from .course import ASSIGNMENT, database_url, prepare_tools, sqlite_url
-from .handout import REPO_ROOT
-from .progress import Progress, fmt as _fmt
-from .pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
+from .layout import ASSIGNMENT
+from .course.nbgrader_setup import database_url, prepare_tools, sqlite_url
+from .layout import REPO_ROOT
+from .run.progress import Progress, fmt as _fmt
+from .run.pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
 
 if TYPE_CHECKING:
-    from .submissions import Submission
+    from .course.submissions import Submission
 # nbgrader, nbconvert and nbformat (report, release, submissions) are imported where they are used: seconds of
 # imports that would otherwise run before the executor starts its zygote and workers
 
@@ -140,7 +141,7 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     started = time.monotonic()
     prepare_tools()
     work = Path(tempfile.mkdtemp(prefix="looplab-grade-"))
-    from . import sandbox
+    from .sandbox import policy as sandbox
 
     source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
     # Landlock makes writes outside a student's folder impossible; without it, detect them afterwards.
@@ -185,8 +186,8 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
 
 def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path) -> Plan:
     """The gradebooks (a template for the tasks, the real one for the results), the submissions, the tasks."""
-    from .release import generate_gradebook
-    from .submissions import discover
+    from .course.release import generate_gradebook
+    from .course.submissions import discover
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +247,7 @@ def _new_sqlite_file(db_url: str) -> Path | None:
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
             started: float, say=None) -> RunResult:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
-    from . import report
+    from .results import report
 
     out = the_plan.out
     timings = the_plan.timings
@@ -259,7 +260,7 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(outcome.feedback, target)
             outcome.feedback = str(target)
-    from .formgrader import write_course
+    from .course.formgrader import write_course
 
     for note in write_course(the_plan, outcomes):  # OUT becomes the nbgrader course: formgrader, export
         (say or log)(note)

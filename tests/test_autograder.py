@@ -19,9 +19,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import hidden, sandbox
-from autograder.handout import REFERENCE_PACKAGE, build_handout
-from autograder.submissions import SubmissionsError, check_notebook, discover
+from autograder.hidden import verifier as hidden
+from autograder.sandbox import policy as sandbox
+from autograder.course.handout import build_handout
+from autograder.layout import REFERENCE_PACKAGE
+from autograder.course.submissions import SubmissionsError, check_notebook, discover
 from labutils import exercises
 
 try:
@@ -44,8 +46,8 @@ def run_cli(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
 
 
 def released_notebooks(tmp: Path) -> Path:
-    """``autograder.release.release`` on a scratch copy of the solutions (the repo's notebooks/ is left alone)."""
-    from autograder.release import release
+    """``autograder.course.release.release`` on a scratch copy of the solutions (the repo's notebooks/ is left alone)."""
+    from autograder.course.release import release
 
     root = tmp / "release-root"
     shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")
@@ -260,7 +262,7 @@ def test_sandbox_blocks_writes_reads_and_network(tmp_path):
     allowed.mkdir()
     script = f"""
 import json, os, socket, sys
-from autograder import sandbox
+from autograder.sandbox import policy as sandbox
 policy = sandbox.Policy(write_dirs=[{str(allowed)!r}], read_dirs=sandbox.system_read_dirs(), memory_mb=6000)
 sandbox.confine(policy)
 result = {{}}
@@ -296,7 +298,7 @@ print(json.dumps(result))
 def test_snapshot_restores_and_reports_monkeypatching():
     import torch
 
-    from autograder.snapshot import Snapshot
+    from autograder.hidden.snapshot import Snapshot
 
     snap = Snapshot()
     original_allclose, original_step = torch.allclose, torch.optim.SGD.step
@@ -332,7 +334,7 @@ def test_hidden_verify_in_a_notebook_namespace():
 
 
 def test_feedback_scrub_keeps_the_message_only():
-    from autograder.execute import ScrubHiddenTests
+    from autograder.run.execute import ScrubHiddenTests
 
     cell = nbformat.v4.new_code_cell(
         '"""Check x"""\ncheck()\n### BEGIN HIDDEN TESTS\nfrom autograder.hidden import verify\nverify("a", "b")\n'

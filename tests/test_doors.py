@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from autograder.channel import KernelRequest, KernelStarted, KillAll, Killed
-from autograder.sandbox import Policy
-from autograder.zygote_client import Zygote, ZygoteError
+from autograder.sandbox.policy import Policy
+from autograder.sandbox.client import Zygote, ZygoteError
 
 try:
     from autograder_cases import build, doors
@@ -42,11 +42,11 @@ REAPER = Path(__file__).parent / "autograder_cases" / "reaper.py"
 LATER = 60  # seconds after the grader's exit when OUT is compared again: nothing may rewrite it
 pytestmark = pytest.mark.autograder
 
-ZYGOTE_FIX = pytest.mark.needs_fix("the zygote (autograder/zygote.py, zygote_client.py): reachable by the grader "
+ZYGOTE_FIX = pytest.mark.needs_fix("the zygote (autograder/sandbox/zygote.py, zygote_client.py): reachable by the grader "
                                    "alone, policy/paths/commands never read from a request")
-RECHECK_FIX = pytest.mark.needs_fix("the recheck (autograder/recheck.py, zygote.py): verdicts on a channel student "
+RECHECK_FIX = pytest.mark.needs_fix("the recheck (autograder/hidden/recheck.py, zygote.py): verdicts on a channel student "
                                     "code cannot write")
-LIFETIME_FIX = pytest.mark.needs_fix("the run (autograder/pool.py, zygote_client.py, grade.py): every process of "
+LIFETIME_FIX = pytest.mark.needs_fix("the run (autograder/run/pool.py, zygote_client.py, grade.py): every process of "
                                      "the run gone when grade exits")
 REPLY_FIX = pytest.mark.needs_fix("the zygote channel (autograder/channel.py, zygote_client.py): every reply "
                                   "carries its request's id")

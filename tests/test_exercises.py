@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import hidden
+from autograder.hidden import verifier as hidden
 from labutils import checks, exercises
 from tests import mutants
 

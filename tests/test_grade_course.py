@@ -1,4 +1,4 @@
-"""What ``python -m autograder grade`` leaves in OUT is an nbgrader course (autograder/formgrader.py): formgrader's
+"""What ``python -m autograder grade`` leaves in OUT is an nbgrader course (autograder/course/formgrader.py): formgrader's
 own API lists every submission with its autograded score, a written answer scored by hand the way formgrader saves it
 is in ``python -m autograder export``, and grading the class again (a late submission came in) keeps that score.
 
@@ -102,7 +102,7 @@ def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_pat
 
 def test_the_course_config_follows_the_folder(tmp_path):
     """nbgrader_config.py names its folder and gradebook relative to itself: a course moved elsewhere still opens."""
-    from autograder.formgrader import config_text, load_config
+    from autograder.course.formgrader import config_text, load_config
 
     (tmp_path / "a").mkdir()
     text = config_text(tmp_path / "a", f"sqlite:///{tmp_path}/a/gradebook.db")

@@ -24,7 +24,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from autograder import distributed as dist  # noqa: E402
+from autograder.run import distributed as dist  # noqa: E402
 from autograder.channel import RunConfig, Task  # noqa: E402
 
 try:
@@ -51,7 +51,7 @@ SMALL_CLASS = {  # student -> the notebooks kept (None: all it has); the cheap n
 
 
 def small_class(tmp: Path) -> list[build.Student]:
-    from autograder.release import release
+    from autograder.course.release import release
 
     root = tmp / "release-root"
     shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")

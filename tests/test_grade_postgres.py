@@ -135,7 +135,7 @@ def counts(url: str) -> dict[str, int]:
 def scores(url: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
-    from autograder.course import database_url
+    from autograder.course.nbgrader_setup import database_url
 
     with Gradebook(database_url(url)) as gb:
         return {s.id: gb.find_submission("loop_lab", s.id).score for s in gb.students}

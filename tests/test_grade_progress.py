@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from autograder.progress import Progress
+from autograder.run.progress import Progress
 
 pytestmark = pytest.mark.autograder
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.execute import SKIPPED, last_graded_code_cell, skip_after_last_test
+from autograder.run.execute import SKIPPED, last_graded_code_cell, skip_after_last_test
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.autograder

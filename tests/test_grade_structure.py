@@ -12,34 +12,57 @@ import pytest
 from autograder import channel
 from autograder.channel import (CellScore, CheckLine, ExtraFile, KernelRequest, RecheckCell, RecheckOutcome,
                                 RecheckReply, RecheckSpec, Result, RunConfig, Task)
-from autograder.sandbox import Policy
+from autograder.sandbox.policy import Policy
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autograder"
 pytestmark = pytest.mark.autograder
 
+# autograder's floors, lowest first: a module may import its own package and any floor below, never one above (so
+# the folder names say the architecture: the course is built without running anything, student code runs only in
+# sandbox/, and run/ schedules tasks without knowing how results are written).
+FLOORS = [{"layout"}, {"channel"}, {"course"}, {"hidden"}, {"sandbox"}, {"run"}, {"results"}, {"grade"},
+          {"cli"}]
 
-def _modules() -> list[str]:
-    return sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__main__")
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if p.stem != "__main__"}
+
+
+def _imported(module: str, path: Path, node: ast.ImportFrom) -> list[str]:
+    """The modules one ``from ... import`` names, resolved to absolute dotted names."""
+    if node.level:
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{node.module}" if node.module else package
+    else:
+        base = node.module or ""
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
 
 
 def import_graph() -> dict[str, set[str]]:
     """module -> the autograder modules it imports, anywhere in the file (a function-level import counts too)."""
+    modules = _modules()
     graph = {}
-    for name in _modules():
-        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    for name, path in modules.items():
         found = set()
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                if node.level == 1 and node.module:
-                    found.add(node.module.split(".")[0])
-                elif node.level == 1:
-                    found |= {alias.name for alias in node.names}
-                elif node.module and node.module.startswith("autograder."):
-                    found.add(node.module.split(".")[1])
+                found.update(_imported(name, path, node))
             elif isinstance(node, ast.Import):
-                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("autograder.")}
-        graph[name] = {m for m in found if m in _modules() and m != name}
+                found.update(alias.name for alias in node.names)
+        graph[name] = {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
     return graph
+
+
+def floor(module: str) -> int:
+    top = module.split(".")[1] if "." in module else module
+    return next(i for i, names in enumerate(FLOORS) if top in names)
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -72,35 +95,42 @@ def test_find_cycle_finds_one():
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert {"channel", "course", "task", "zygote_client", "grade"} <= set(graph)
+    assert {"autograder.channel", "autograder.course.nbgrader_setup", "autograder.run.task",
+            "autograder.sandbox.client", "autograder.grade"} <= set(graph)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
-    assert graph["channel"] <= {"sandbox"}  # the channel sits below everything that talks over it
-    assert graph["course"] == set()
+
+
+def test_packages_import_only_downwards():
+    """Every module sits on a floor (FLOORS) and imports only its own package and the floors below it"""
+    graph = import_graph()
+    upward = [f"{m} imports {d}" for m, deps in graph.items() if m != "autograder" for d in sorted(deps)
+              if d.split(".")[:2] != m.split(".")[:2] and floor(d) >= floor(m)]
+    assert not upward, "\n".join(upward)
+    assert graph["autograder.layout"] == set()  # where things are, known before anything else
 
 
 @pytest.mark.slow
 def test_each_module_imports_alone():
     failures = []
     for name in _modules():
-        proc = subprocess.run([sys.executable, "-c", f"import autograder.{name}"], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
-            failures.append(f"autograder.{name}: {proc.stderr.strip().splitlines()[-1]}")
+            failures.append(f"{name}: {proc.stderr.strip().splitlines()[-1]}")
     assert not failures, "\n".join(failures)
 
 
 def test_assignment_and_config_written_once():
-    """ASSIGNMENT is assigned in course.py only, and only course.py sets nbgrader's CourseDirectory (code, not text a
-    module writes into a config file for Jupyter)."""
-    for path in PACKAGE.glob("*.py"):
-        if path.name == "course.py":
-            continue
+    """ASSIGNMENT is assigned in layout.py only, and only course/nbgrader_setup.py sets nbgrader's CourseDirectory
+    (code, not text a module writes into a config file for Jupyter)."""
+    for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    assert not (isinstance(target, ast.Name) and target.id == "ASSIGNMENT"), path.name
-                    assert "attr='CourseDirectory'" not in ast.dump(target), f"{path.name}: {ast.unparse(target)}"
+                    assigns_assignment = isinstance(target, ast.Name) and target.id == "ASSIGNMENT"
+                    assert not assigns_assignment or path.name == "layout.py", path
+                    sets_course = "attr='CourseDirectory'" in ast.dump(target)
+                    assert not sets_course or path.name == "nbgrader_setup.py", f"{path}: {ast.unparse(target)}"
 
 
 MESSAGES = [
@@ -160,7 +190,7 @@ def test_line_reader_keeps_partial_lines(tmp_path):
 
 
 def test_the_pool_starts_the_slowest_notebooks_first():
-    from autograder.pool import _order, cost
+    from autograder.run.pool import _order, cost
     from labutils.exercises import NOTEBOOKS
 
     tasks = [Task(id=f"{s}--{nb}", student=s, notebook=nb, path="x") for s in ("bo", "al")

@@ -23,7 +23,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.release import ASSIGNMENT, generate
+from autograder.layout import ASSIGNMENT
+from autograder.course.release import generate
 from labutils import amp, lesson
 
 ROOT = Path(__file__).resolve().parents[1]

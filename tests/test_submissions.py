@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.submissions import Limits, SubmissionsError, check_notebook, discover, screen_notebook
+from autograder.course.submissions import Limits, SubmissionsError, check_notebook, discover, screen_notebook
 
 IDS = ["00_a", "01_b"]
 
@@ -80,7 +80,7 @@ def test_hard_links_are_refused(world):
 FENCED = """
 import json, sys
 from pathlib import Path
-from autograder.submissions import discover
+from autograder.course.submissions import discover
 found = discover(Path(sys.argv[1]), ["00_a", "01_b"], intake=Path(sys.argv[2]))
 print(json.dumps({s.student: {"unreadable": s.unreadable, "notes": s.notes, "extra": s.extra_files}
                   for s in found.submissions}))

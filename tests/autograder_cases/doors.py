@@ -342,7 +342,7 @@ import hashlib, json, os, time
 OUT, OTHER, PROJECT = "@@OUT@@", "@@OTHER@@", "@@PROJECT@@"
 WORK = os.path.dirname(os.environ.get("ATTACK_SOCKET", ""))  # the grader's work folder: gone when it exits
 seen = {}
-for name in ("solutions/loop_lab/02_scheduler.ipynb", "labutils/reference/loop.py", "autograder/hidden.py"):
+for name in ("solutions/loop_lab/02_scheduler.ipynb", "labutils/reference/loop.py", "autograder/hidden/verifier.py"):
     try:
         seen[name] = hashlib.sha256(open(os.path.join(PROJECT, name), "rb").read()).hexdigest()
     except OSError as exc:

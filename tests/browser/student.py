@@ -13,7 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from autograder import handout as handout_module
+from autograder.course import handout as handout_module
 from labutils import data
 
 REPO = Path(__file__).resolve().parents[2]

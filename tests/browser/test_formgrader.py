@@ -1,5 +1,5 @@
 """The instructor's journey: ``python -m autograder grade`` leaves an nbgrader course in OUT
-(autograder/formgrader.py); in JupyterLab, nbgrader's formgrader opens it, the instructor scores a written answer by
+(autograder/course/formgrader.py); in JupyterLab, nbgrader's formgrader opens it, the instructor scores a written answer by
 hand; ``python -m autograder export`` includes those points; grading the class again (a late submission came in)
 keeps them.
 

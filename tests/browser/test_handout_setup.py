@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import handout as handout_module
+from autograder.course import handout as handout_module
 
 from .student import readme_commands
 

@@ -1,7 +1,7 @@
 """Grading on a Dask cluster: ``python -m autograder grade SUBMISSIONS --out DIR --scheduler tcp://HOST:8786``.
 
 The client (this process) plans and collects as a local run does; only the (student, notebook) tasks go to Dask
-workers instead of ``-j`` local processes (:class:`DaskExecutor`, beside :class:`autograder.pool.LocalExecutor`). The
+workers instead of ``-j`` local processes (:class:`DaskExecutor`, beside :class:`autograder.run.pool.LocalExecutor`). The
 client alone writes the gradebook, the feedback, the formgrader course and the reports.
 
 - With a task (:class:`RemoteTask`): the channel's :class:`Task` with the notebook's bytes and its extra files' bytes,
@@ -11,7 +11,7 @@ client alone writes the gradebook, the feedback, the formgrader course and the r
   points, locked sources). It is the same for every task, so it goes with the plug-in, which Dask sends to every
   worker, including one that joins or restarts mid-run; a task carries only its hash. Per task it would be
   N_tasks copies of the same file.
-- The plug-in keeps one warm sandboxed zygote per worker (:mod:`autograder.zygote`: torch, labutils and the data
+- The plug-in keeps one warm sandboxed zygote per worker (:mod:`autograder.sandbox.zygote`: torch, labutils and the data
   imported once; started by :func:`prewarm` when the client connects, so it warms while the gradebook is built), so
   a task pays no torch import. A worker advertises a one-slot resource named after the plug-in only once its zygote
   is warm, and tasks ask for it: one task at a time per worker (the grading context is per process), and never on a
@@ -38,9 +38,9 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
-from .channel import ExtraFile, Result, RunConfig, Task
-from .course import prepare_tools
-from .handout import REPO_ROOT
+from autograder.channel import ExtraFile, Result, RunConfig, Task
+from autograder.course.nbgrader_setup import prepare_tools
+from autograder.layout import REPO_ROOT
 from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
@@ -118,7 +118,7 @@ def prewarm(dask_worker) -> None:
     folder = Path(dask_worker.local_directory) / "looplab-zygote"
 
     def start() -> None:
-        from .zygote_client import private_zygote
+        from autograder.sandbox.client import private_zygote
 
         try:
             folder.mkdir(exist_ok=True)
@@ -169,7 +169,7 @@ class GraderPlugin(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         self.address = worker.address
-        self.lock = threading.Lock()  # one task at a time: the grading context (autograder.execute) is per process
+        self.lock = threading.Lock()  # one task at a time: the grading context (autograder.run.execute) is per process
         self.zygote = self.work = self.spare_folder = None
         self.refused = None
         mine = code_version()
@@ -205,7 +205,7 @@ class GraderPlugin(WorkerPlugin):
 
         from sqlalchemy.exc import SAWarning
 
-        from .zygote_client import private_zygote
+        from autograder.sandbox.client import private_zygote
 
         warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use: noisy, not wrong
         prepare_tools()
@@ -245,7 +245,7 @@ class GraderPlugin(WorkerPlugin):
                 feedback, autograded = _read(result.feedback), _read(result.autograded)
             finally:
                 shutil.rmtree(inbox, ignore_errors=True)
-                shutil.rmtree(self.work / "tasks" / remote.task.id, ignore_errors=True)
+                shutil.rmtree(task_dir(self.work, remote.task.id), ignore_errors=True)
         # paths on this worker mean nothing to the client
         return RemoteResult(replace(result, feedback=None, autograded=None), feedback, autograded, self.address)
 
@@ -309,7 +309,7 @@ def failure_reason(exc: BaseException) -> str:
 
 class DaskExecutor:
     """Grades a run's tasks on the Dask cluster at ``scheduler``: the "run" step of :func:`autograder.grade.grade`,
-    with the same three methods as :class:`autograder.pool.LocalExecutor`."""
+    with the same three methods as :class:`autograder.run.pool.LocalExecutor`."""
 
     def __init__(self, scheduler: str, connect_timeout: float = 60):
         self.scheduler = scheduler
@@ -417,7 +417,7 @@ def run_on_cluster(scheduler: str, tasks: list[Task], run: RunConfig, work: Path
 def _received(future, task: Task, inbox: Path, work: Path | None = None) -> tuple[Result, float]:
     """A finished future as the local pool's result: its files written on this machine, where a local task leaves
     them (the autograded notebook where the formgrader course looks for it)."""
-    from .formgrader import autograded_notebook
+    from autograder.layout import autograded_notebook, task_course
 
     if future.status != "finished":
         return Result.failed(task, failure_reason(future.exception())), 0.0
@@ -429,7 +429,7 @@ def _received(future, task: Task, inbox: Path, work: Path | None = None) -> tupl
         page.write_bytes(remote.feedback_html)
         result = replace(result, feedback=str(page))
     if remote.autograded_ipynb is not None and work is not None:
-        graded = autograded_notebook(work, task.id, task.student, task.notebook)
+        graded = autograded_notebook(task_course(work, task.id), task.student, task.notebook)
         graded.parent.mkdir(parents=True, exist_ok=True)
         graded.write_bytes(remote.autograded_ipynb)
         result = replace(result, autograded=str(graded))

@@ -11,7 +11,7 @@ After ``python -m autograder grade SUBMISSIONS --out OUT``, OUT is an nbgrader c
 so ``jupyter lab`` started in OUT opens it in formgrader (Nbgrader > Formgrader) with every submission and its
 autograded scores, written answers are scored by hand there, and :func:`export_grades` (``python -m autograder
 export --out OUT``) writes every student's total, manual points included. Grading again keeps the manual scores
-(:func:`autograder.report.store_in_gradebook`).
+(:func:`autograder.results.report.store_in_gradebook`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .course import ASSIGNMENT, nbgrader_config, sqlite_url
+from ..layout import ASSIGNMENT, autograded_folder, autograded_notebook, submitted_folder, task_course
+from .nbgrader_setup import nbgrader_config, sqlite_url
 
 CONFIG_NAME = "nbgrader_config.py"
 EXPORT_NAME = "nbgrader_export.csv"  # grades.csv is the autograder's own (autograded points per notebook)
@@ -35,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))  # the course is wherever this
 
 
 def config_text(out: Path, db_url: str) -> str:
-    """``nbgrader_config.py`` for the course at ``out``: the settings of :func:`autograder.course.nbgrader_config`,
+    """``nbgrader_config.py`` for the course at ``out``: the settings of :func:`autograder.course.nbgrader_setup.nbgrader_config`,
     its folder and default gradebook named relative to the file. No assignment: nbgrader's commands name theirs."""
     settings = nbgrader_config(out, db_url).CourseDirectory
     lines = [_HEADER]
@@ -52,11 +53,6 @@ def config_text(out: Path, db_url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def autograded_notebook(work_dir: Path, task_id: str, student: str, notebook: str) -> Path:
-    """Where :func:`autograder.task.grade_task` left a task's autograded notebook (its private course folder)."""
-    return Path(work_dir) / "tasks" / task_id / "course" / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
-
-
 def write_course(the_plan, outcomes: dict) -> list[str]:
     """Make ``the_plan.out`` the nbgrader course of this run (its gradebook is already written). Returns notes: the
     submissions whose autograded notebook was not available here (a remote worker's), shown as submitted."""
@@ -69,8 +65,7 @@ def write_course(the_plan, outcomes: dict) -> list[str]:
     task_ids = {(t.student, t.notebook): t.id for t in the_plan.tasks}
     notes = []
     for sub in the_plan.submissions:
-        submitted = out / "submitted" / sub.student / ASSIGNMENT
-        autograded = out / "autograded" / sub.student / ASSIGNMENT
+        submitted, autograded = submitted_folder(out, sub.student), autograded_folder(out, sub.student)
         for folder in (submitted, autograded):
             if folder.exists():  # a new submission replaces the old one entirely (a notebook may be gone)
                 shutil.rmtree(folder)
@@ -85,7 +80,7 @@ def write_course(the_plan, outcomes: dict) -> list[str]:
             outcome = outcomes.get((sub.student, nb))
             if outcome is None or outcome.status != "graded" or (sub.student, nb) not in task_ids:
                 continue
-            graded = autograded_notebook(the_plan.run.work_dir, task_ids[(sub.student, nb)], sub.student, nb)
+            graded = autograded_notebook(task_course(the_plan.run.work_dir, task_ids[(sub.student, nb)]), sub.student, nb)
             if graded.exists():
                 shutil.copyfile(graded, autograded / f"{nb}.ipynb")
             else:  # graded on another machine: formgrader shows the notebook as handed in, without outputs
@@ -112,7 +107,7 @@ def export_grades(course: Path, dest: Path | None = None) -> Path:
     from nbgrader.api import Gradebook
     from nbgrader.plugins.export import CsvExportPlugin
 
-    from .course import database_url, prepare_tools
+    from .nbgrader_setup import database_url, prepare_tools
 
     prepare_tools()
     config = load_config(course)

@@ -3,7 +3,7 @@
 Left out on purpose: ``solutions/`` (reference solutions and hidden tests), ``autograder/`` (hidden checks, grading),
 and the folder ``labutils/reference/`` (the reference loop and optimizer set-up, the resume harness, the pipeline, the
 sequence runner and the instructor's command line) as a whole. The same boundary decides what a student's code may import while it is
-graded (:mod:`autograder.sandbox`), so grading sees exactly the handout.
+graded (:mod:`autograder.sandbox.policy`), so grading sees exactly the handout.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import zipfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_PACKAGE = "labutils.reference"  # the instructor's side of labutils: never in the handout
+from ..layout import REFERENCE_PACKAGE, REPO_ROOT, reference_dir
+
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
 
 # The README's commands, in order, each with the note printed beside it. tests/browser/test_student_lab.py reads
@@ -91,10 +91,6 @@ include = ["labutils*"]
 "etc/jupyter" = ["{JUPYTER_SERVER_CONFIG_FILE}"]
 """
 NOT_FOR_STUDENTS = ("nbgrader", "sqlalchemy", "psycopg", "distributed", "playwright")  # grading and its tests only
-
-
-def reference_dir(root: Path = REPO_ROOT) -> Path:
-    return root.joinpath(*REFERENCE_PACKAGE.split("."))
 
 
 def student_labutils_files(root: Path = REPO_ROOT) -> list[Path]:

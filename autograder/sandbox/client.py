@@ -1,4 +1,4 @@
-"""The client side of :mod:`autograder.zygote`: start it, talk to it, and the environments and rules it is given.
+"""The client side of :mod:`autograder.sandbox.zygote`: start it, talk to it, and the environments and rules it is given.
 
 - :class:`SharedZygote` starts the run's one warm zygote (listening on a Unix socket); each worker connects with
   :class:`Zygote` and gets a fork of it. :func:`private_zygote` starts a worker's own when the shared one is gone.
@@ -17,11 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import channel, sandbox
-from .channel import Exit, KillAll, RunConfig, ZygoteReady
-from .handout import REPO_ROOT, reference_dir, student_labutils_files
+from autograder import channel
+from autograder.sandbox import policy as sandbox
+from autograder.channel import Exit, KillAll, RunConfig, ZygoteReady
+from autograder.course.handout import student_labutils_files
+from autograder.layout import REPO_ROOT, reference_dir
 
-ZYGOTE_MAIN = "from autograder.zygote import main; main({argv!r})"
+ZYGOTE_MAIN = "from autograder.sandbox.zygote import main; main({argv!r})"
 
 
 class ZygoteError(RuntimeError):
@@ -175,7 +177,7 @@ def base_policy(run: RunConfig) -> sandbox.Policy:
     return sandbox.Policy(
         read_dirs=[*sandbox.system_read_dirs(), *run.data_dirs],
         read_files=[str(p) for p in student_labutils_files()]
-        + [str(REPO_ROOT / "autograder" / "__init__.py"), str(REPO_ROOT / "autograder" / "hidden.py")],
+        + [str(REPO_ROOT / "autograder" / name) for name in ("__init__.py", "hidden/__init__.py", "hidden/verifier.py")],
         # labutils/ may be listed (a fresh `python` started by the notebook must find its modules); the reference
         # package stays unreadable, and in forks of the zygote it is not even found (zygote.ReferenceBlocker)
         list_dirs=[str(d) for d in [REPO_ROOT / "labutils", *(REPO_ROOT / "labutils").rglob("*")]

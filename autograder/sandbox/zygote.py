@@ -3,13 +3,13 @@
 Why: a fresh kernel spends ~5 s importing torch and torchvision and decoding FashionMNIST before the first student
 line runs; nine notebooks per student make that most of the grading time. The zygote does it once, before any student
 code exists (so every fork starts from pristine, unpatched modules), and each kernel or hidden-test recheck is a
-``fork()`` of it that confines itself (:mod:`autograder.sandbox`) and then runs the student's code.
+``fork()`` of it that confines itself (:mod:`autograder.sandbox.policy`) and then runs the student's code.
 
 Protocol (:mod:`autograder.channel`): one request per line on stdin, one reply per line on the original stdout:
 :class:`~autograder.channel.KernelRequest` -> ``KernelStarted`` (an ipykernel in its own session),
 :class:`~autograder.channel.RecheckRequest` -> ``RecheckReply``, ``KillAll`` -> ``Killed`` (every process below the
 zygote: it is a subreaper, so escaped daemons too), ``Exit``; anything that fails -> ``Failure``. The client side
-(starting it, the environments it gets) is :mod:`autograder.zygote_client`.
+(starting it, the environments it gets) is :mod:`autograder.sandbox.client`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import signal
 import sys
 import time
 
-from . import channel, sandbox
-from .channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed, RecheckReply,
-                      RecheckRequest, ZygoteReady)
+from autograder import channel
+from autograder.sandbox import policy as sandbox
+from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed,
+                                RecheckReply, RecheckRequest, ZygoteReady)
 
 _PR_SET_CHILD_SUBREAPER = 36
 RESULT_FD = 3  # where a recheck child writes its results
@@ -32,7 +33,7 @@ RESULT_FD = 3  # where a recheck child writes its results
 
 def student_modules() -> list[str]:
     """The labutils modules a student may import (the handout's), as dotted names."""
-    from .handout import student_module_names
+    from autograder.course.handout import student_module_names
 
     return student_module_names()
 
@@ -55,7 +56,7 @@ PRELOAD = [
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
     "autograder.hidden",
-    "autograder.recheck",
+    "autograder.hidden.recheck",
 ]
 
 
@@ -90,7 +91,7 @@ def preload() -> list[str]:
 
 def _prewarm_optimizers() -> None:
     """torch wraps ``step`` of an optimizer class the first time one is built; do it now, so that a later change to
-    a torch class during a hidden test is always the student's doing (see autograder.recheck)."""
+    a torch class during a hidden test is always the student's doing (see autograder.hidden.recheck)."""
     import torch
 
     params = [torch.zeros(1, requires_grad=True)]
@@ -105,7 +106,7 @@ def _prewarm_optimizers() -> None:
 
 def is_blocked(name: str) -> bool:
     """Is ``name`` the reference package or a module in it?"""
-    from .handout import REFERENCE_PACKAGE
+    from autograder.layout import REFERENCE_PACKAGE
 
     return name == REFERENCE_PACKAGE or name.startswith(REFERENCE_PACKAGE + ".")
 
@@ -193,7 +194,7 @@ def _run_recheck(req: RecheckRequest) -> RecheckReply:
         try:
             os.close(rfd)
             _enter_child(req, keep_fd=wfd)
-            from .recheck import run
+            from autograder.hidden.recheck import run
 
             run(req.spec, RESULT_FD, nonce)
             code = 0

@@ -32,7 +32,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import ASSIGNMENT
+from ..layout import ASSIGNMENT
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.@+-]")
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY  # O_NONBLOCK: a fifo never blocks

@@ -11,7 +11,7 @@ Two ways it runs:
 - Under ``python -m autograder grade`` (``LOOPLAB_HIDDEN_TESTS=external`` in the kernel): the call here only notes
   that the grader will decide. The grader re-runs the check outside the student's kernel, in a fresh process that
   re-executes only the notebook's non-test cells on pristine imports and restores torch/labutils before the check
-  (:mod:`autograder.recheck`); a student who monkeypatches the checks, labutils or torch in the notebook gains nothing.
+  (:mod:`autograder.hidden.recheck`); a student who monkeypatches the checks, labutils or torch in the notebook gains nothing.
 """
 
 from __future__ import annotations

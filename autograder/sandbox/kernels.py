@@ -1,9 +1,9 @@
-"""Kernels forked from the zygote: jupyter_client's launch replaced by a request to :mod:`autograder.zygote`.
+"""Kernels forked from the zygote: jupyter_client's launch replaced by a request to :mod:`autograder.sandbox.zygote`.
 
 nbclient drives these kernels exactly like ordinary ones (ZMQ channels, interrupts, shutdown); only the launch differs.
 The zygote forks an ipykernel that already has torch, labutils and the data loaded, and the fork confines itself
-(:mod:`autograder.sandbox`) to the task's folder before it runs a cell. The task's context (zygote, folders, limits)
-comes from :mod:`autograder.context`.
+(:mod:`autograder.sandbox.policy`) to the task's folder before it runs a cell. The task's context (zygote, folders, limits)
+comes from :mod:`autograder.sandbox.context`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import uuid
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-from . import context
-from .channel import KernelRequest, KernelStarted
+from autograder.sandbox import context
+from autograder.channel import KernelRequest, KernelStarted
 
 
 class ForkedKernelProcess:

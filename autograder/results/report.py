@@ -11,7 +11,7 @@ from pathlib import Path
 
 from labutils import exercises
 
-from .submissions import ASSIGNMENT
+from autograder.layout import ASSIGNMENT
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
 

@@ -4,11 +4,11 @@
   that dies (``os._exit``, ``exit()``, the memory limit, a segfault) or will not stop fails the cell it was running
   and every later cell with a clear message instead of aborting the student's whole submission. Unexecuted test
   cells never count as passed. Then the hidden tests that passed inside the kernel are re-run in a fresh sandboxed
-  process on pristine imports (:mod:`autograder.recheck`); a failure there is appended to the test cell as an error.
-  Its kernels are forks of the zygote (:mod:`autograder.kernels`).
-- The preprocessors that clean a submission before it runs are in :mod:`autograder.cells`.
+  process on pristine imports (:mod:`autograder.hidden.recheck`); a failure there is appended to the test cell as an error.
+  Its kernels are forks of the zygote (:mod:`autograder.sandbox.kernels`).
+- The preprocessors that clean a submission before it runs are in :mod:`autograder.course.cells`.
 
-:func:`autograder.task.grade_task` sets the task's context (:mod:`autograder.context`: where its files go, the
+:func:`autograder.run.task.grade_task` sets the task's context (:mod:`autograder.sandbox.context`: where its files go, the
 zygote, the limits) around each notebook.
 """
 
@@ -23,11 +23,12 @@ from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from . import channel, hidden
-from .cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (task's list)
-from .channel import RecheckCell, RecheckOutcome, RecheckReply, RecheckRequest, RecheckSpec
-from .context import current as _context
-from .kernels import ZygoteKernelManager
+from autograder import channel
+from autograder.hidden import verifier as hidden
+from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (task's list)
+from autograder.channel import RecheckCell, RecheckOutcome, RecheckReply, RecheckRequest, RecheckSpec
+from autograder.sandbox.context import current as _context
+from autograder.sandbox.kernels import ZygoteKernelManager
 
 
 # --- execution ---------------------------------------------------------------------------------------------------------

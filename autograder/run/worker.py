@@ -1,6 +1,6 @@
-"""One local grading process: takes tasks and grades each with :func:`autograder.task.grade_task`.
+"""One local grading process: takes tasks and grades each with :func:`autograder.run.task.grade_task`.
 
-Started by :mod:`autograder.pool`, one per ``-j``. Over :mod:`autograder.channel`: the first message on stdin is the
+Started by :mod:`autograder.run.pool`, one per ``-j``. Over :mod:`autograder.channel`: the first message on stdin is the
 run's :class:`~autograder.channel.RunConfig`, then one :class:`~autograder.channel.Task` per line; back on the
 original stdout, :class:`~autograder.channel.WorkerReady` once its zygote answers, then one
 :class:`~autograder.channel.Result` per task (everything else goes to stderr, which the pool keeps as a log).
@@ -14,10 +14,10 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import channel
-from .channel import Result, RunConfig, Task, WorkerReady
-from .course import prepare_tools
-from .zygote_client import connect
+from autograder import channel
+from autograder.channel import Result, RunConfig, Task, WorkerReady
+from autograder.course.nbgrader_setup import prepare_tools
+from autograder.sandbox.client import connect
 
 
 def main() -> None:

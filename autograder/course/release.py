@@ -22,7 +22,8 @@ from nbgrader import utils as nbgrader_utils
 from nbgrader.converters import GenerateAssignment
 from nbgrader.preprocessors import ClearSolutions, SaveCells
 
-from .course import ASSIGNMENT, nbgrader_config, run_converter
+from ..layout import ASSIGNMENT
+from .nbgrader_setup import nbgrader_config, run_converter
 BARE_STUB = "raise NotImplementedError()"
 _DEF = re.compile(r"^\s*def\s+(\w+)\s*\(")
 

@@ -1,5 +1,5 @@
-"""The notebook being graded, as the nbgrader plug-ins see it: set by :func:`autograder.task.grade_task` around one
-notebook, read by the executor (:mod:`autograder.execute`) and the kernel launcher (:mod:`autograder.kernels`).
+"""The notebook being graded, as the nbgrader plug-ins see it: set by :func:`autograder.run.task.grade_task` around one
+notebook, read by the executor (:mod:`autograder.run.execute`) and the kernel launcher (:mod:`autograder.sandbox.kernels`).
 
 nbgrader builds those plug-ins itself from class names, so they cannot be handed the task: they read it here.
 """
@@ -10,15 +10,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .channel import RecheckOutcome
-from .sandbox import Policy
+from autograder.channel import RecheckOutcome
+from .policy import Policy
 
 
 @dataclass
 class TaskContext:
     """Everything the plug-ins need to know about the notebook being graded."""
 
-    zygote: object  # autograder.zygote_client.Zygote
+    zygote: object  # autograder.sandbox.client.Zygote
     task_dir: Path
     kernel_env: dict
     policy: Policy  # shared by the kernel and the recheck; each adds its own folders
@@ -35,7 +35,7 @@ _CURRENT: TaskContext | None = None
 
 def current() -> TaskContext:
     if _CURRENT is None:
-        raise RuntimeError("no task is being graded: these plug-ins run inside autograder.task.grade_task")
+        raise RuntimeError("no task is being graded: these plug-ins run inside autograder.run.task.grade_task")
     return _CURRENT
 
 

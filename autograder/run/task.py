@@ -3,7 +3,7 @@
 
 Each task gets its own course folder with a copy of the instructor's gradebook (so tasks never share a SQLite file
 and a student's notebook never sees the real gradebook), runs nbgrader's Autograde with the plug-ins of
-:mod:`autograder.execute` (kernels forked from ``zygote``, sandboxed), reads the scores back, writes the HTML
+:mod:`autograder.run.execute` (kernels forked from ``zygote``, sandboxed), reads the scores back, writes the HTML
 feedback, and kills whatever the student's code left running.
 """
 
@@ -17,10 +17,14 @@ import time
 import traceback
 from pathlib import Path
 
-from . import context, execute
-from .channel import CellScore, Result, RunConfig, Task
-from .course import ASSIGNMENT, nbgrader_config, run_converter, sqlite_url
-from .zygote_client import Zygote, ZygoteError, base_policy, kernel_env
+from autograder import layout
+from autograder.sandbox import context
+
+from . import execute
+from autograder.channel import CellScore, Result, RunConfig, Task
+from autograder.layout import ASSIGNMENT
+from autograder.course.nbgrader_setup import nbgrader_config, run_converter, sqlite_url
+from autograder.sandbox.client import Zygote, ZygoteError, base_policy, kernel_env
 
 
 def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
@@ -28,7 +32,7 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
     submission; a problem of the grader is a Result with status "error" and the reason."""
     started = time.monotonic()
     scratch_gradebooks_skip_fsync(run.work_dir)
-    task_dir = Path(run.work_dir) / "tasks" / task.id
+    task_dir = layout.task_dir(run.work_dir, task.id)
     course = _course_folder(task, run, task_dir)
     setup_s = time.monotonic() - started
     home, tmp = task_dir / "home", task_dir / "tmp"
@@ -48,7 +52,7 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
         t0 = time.monotonic()
         result.tests = read_scores(course, task.student, task.notebook)
         ctx.timings["scores_s"] = round(time.monotonic() - t0, 2)
-        result.autograded = str(course / "autograded" / task.student / ASSIGNMENT / f"{task.notebook}.ipynb")
+        result.autograded = str(layout.autograded_notebook(course, task.student, task.notebook))
         result.feedback = _feedback_or_note(course, task, ctx)
     except Exception as exc:
         detail = errors.messages[-1] if errors.messages else ""
@@ -71,8 +75,8 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
 def _course_folder(task: Task, run: RunConfig, task_dir: Path) -> Path:
     """A private nbgrader course: the submission (and its data files), the template gradebook, HOME and TMPDIR."""
     shutil.rmtree(task_dir, ignore_errors=True)
-    course = task_dir / "course"
-    submitted = course / "submitted" / task.student / ASSIGNMENT
+    course = layout.task_course(run.work_dir, task.id)
+    submitted = layout.submitted_folder(course, task.student)
     submitted.mkdir(parents=True)
     (course / "source" / ASSIGNMENT).mkdir(parents=True)
     shutil.copyfile(task.path, submitted / f"{task.notebook}.ipynb")
@@ -184,7 +188,7 @@ def read_scores(course: Path, student: str, notebook: str) -> list[CellScore]:
     import nbformat
     from nbgrader.api import Gradebook
 
-    autograded = course / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
+    autograded = layout.autograded_notebook(course, student, notebook)
     messages: dict[str, str] = {}
     if autograded.exists():
         nb = nbformat.read(autograded, as_version=4)

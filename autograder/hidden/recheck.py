@@ -1,6 +1,6 @@
 """Re-run a notebook's hidden tests outside the student's kernel, on pristine imports.
 
-Runs in a sandboxed fork of the zygote (:mod:`autograder.zygote`), whose modules were imported before any student
+Runs in a sandboxed fork of the zygote (:mod:`autograder.sandbox.zygote`), whose modules were imported before any student
 code existed. It re-executes the notebook's code cells in order, skipping the instructor's test cells, and at each test
 cell that needs it runs the hidden check:
 
@@ -21,8 +21,8 @@ import signal
 import sys
 import time
 
-from . import hidden
-from .channel import CheckLine, RecheckSpec, decode, encode
+from autograder.hidden import verifier as hidden
+from autograder.channel import CheckLine, RecheckSpec, decode, encode
 from .snapshot import Snapshot
 
 

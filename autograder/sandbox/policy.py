@@ -19,12 +19,12 @@ protected trees afterwards (see :func:`autograder.grade.fingerprint`).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import resource
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..channel import Policy  # the rules travel as a message; applying them is this module's job
 
 # --- Landlock ABI (linux/landlock.h) ---------------------------------------------------------------------------------
 
@@ -89,28 +89,6 @@ def _all_fs_rights(abi: int) -> int:
     if abi >= 5:
         rights |= FS_IOCTL_DEV
     return rights
-
-
-@dataclass
-class Policy:
-    """What a sandboxed process may touch. Paths that do not exist are skipped."""
-
-    write_dirs: list[str] = field(default_factory=list)  # read, write, create, delete beneath
-    read_dirs: list[str] = field(default_factory=list)  # read and execute beneath
-    read_files: list[str] = field(default_factory=list)  # read single files (a package's allowed modules)
-    list_dirs: list[str] = field(default_factory=list)  # may list (not read files beneath): a package folder
-    write_files: list[str] = field(default_factory=list)  # e.g. /dev/null
-    bind_ports: list[int] = field(default_factory=list)  # the kernel's ZMQ ports; every other bind/connect fails
-    memory_mb: int | None = None
-    cpu_seconds: int | None = None
-    file_size_mb: int | None = 1024
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__)
-
-    @classmethod
-    def from_json(cls, text: str) -> "Policy":
-        return cls(**json.loads(text))
 
 
 def system_read_dirs() -> list[str]:

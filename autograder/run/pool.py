@@ -1,4 +1,4 @@
-"""Local grading: ``-j`` worker processes (:mod:`autograder.worker`) fed (student, notebook) tasks longest-first,
+"""Local grading: ``-j`` worker processes (:mod:`autograder.run.worker`) fed (student, notebook) tasks longest-first,
 and the one shared zygote they fork their kernels from. :class:`LocalExecutor` is the "run" step of
 :func:`autograder.grade.grade` on this machine.
 
@@ -19,11 +19,11 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from . import channel
+from autograder import channel
 from labutils.exercises import grading_cost
 
-from .channel import Result, RunConfig, Task, WorkerReady
-from .zygote_client import SharedZygote
+from autograder.channel import Result, RunConfig, Task, WorkerReady
+from autograder.sandbox.client import SharedZygote
 
 KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
 
@@ -40,14 +40,14 @@ def cost(notebook: str) -> float:
 
 
 class Worker:
-    """One ``python -m autograder.worker`` process; started early (its imports overlap the parent's set-up) and given
+    """One ``python -m autograder.run.worker`` process; started early (its imports overlap the parent's set-up) and given
     the run's configuration when it is known."""
 
     def __init__(self, index: int, log_dir: Path, run: RunConfig | None = None):
         self.index = index
         self.log = open(log_dir / f"worker-{index}.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "autograder.run.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, start_new_session=True, cwd=str(log_dir),
         )
         self.reader = channel.LineReader(self.proc.stdout.fileno())

@@ -50,7 +50,7 @@ class Snapshot:
                     self.contents.append((value, value.copy()))
 
     # The builtins these two use are bound at definition time (default arguments): a cell that replaced
-    # ``builtins.vars`` or ``autograder.snapshot.sys`` cannot blind the restore that is meant to undo it.
+    # ``builtins.vars`` or ``autograder.hidden.snapshot.sys`` cannot blind the restore that is meant to undo it.
     def restore(self, _vars=vars, _setattr=setattr, _delattr=delattr, _isinstance=isinstance,
                 _modules=sys.modules, _module_type=ModuleType, _missing=_MISSING) -> None:
         """Put every guarded attribute back; remove attributes added to guarded classes."""

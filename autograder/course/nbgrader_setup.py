@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
+from ..layout import ASSIGNMENT
+
 # nbgrader's own default for Gradebook(db_url): every gradebook opened without a course id then agrees. It must name
 # a row of the course table: PostgreSQL enforces the assignment's foreign key (SQLite let the empty id through).
 COURSE_ID = "default_course"

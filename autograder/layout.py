@@ -1,0 +1,43 @@
+"""Where things are: the repository, the boundary of the instructor's code, and the folders of one grading task.
+
+Why one module: these paths are read by the release, the sandbox (what a kernel may read), the task runner, the Dask
+client and formgrader's course; each once wrote its own copy, and a copy that drifts grades the wrong file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_PACKAGE = "labutils.reference"  # the instructor's side of labutils: never in the handout, never importable
+#                                           by a student's code while it is graded
+
+
+def reference_dir(root: Path = REPO_ROOT) -> Path:
+    """The folder of :data:`REFERENCE_PACKAGE` in the repository at ``root``."""
+    return root.joinpath(*REFERENCE_PACKAGE.split("."))
+
+
+def task_dir(work_dir, task_id: str) -> Path:
+    """A task's own folder in the run's work folder: its private course, its kernel's HOME and scratch."""
+    return Path(work_dir) / "tasks" / task_id
+
+
+def task_course(work_dir, task_id: str) -> Path:
+    """The private nbgrader course a task is graded in (its own copy of the gradebook)."""
+    return task_dir(work_dir, task_id) / "course"
+
+
+def autograded_folder(course: Path, student: str) -> Path:
+    """Where nbgrader's autograde leaves a student's graded notebooks in ``course``."""
+    return Path(course) / "autograded" / student / ASSIGNMENT
+
+
+def autograded_notebook(course: Path, student: str, notebook: str) -> Path:
+    return autograded_folder(course, student) / f"{notebook}.ipynb"
+
+
+def submitted_folder(course: Path, student: str) -> Path:
+    """Where a student's notebook goes in ``course`` for nbgrader's autograde to find it."""
+    return Path(course) / "submitted" / student / ASSIGNMENT

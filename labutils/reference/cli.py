@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "run that never stopped")
     crash.add_argument("--out", required=True, help="folder for logs, checkpoints and resume_curve.png")
     crash.add_argument("--subset", type=int, default=None, help="training images to use (default: all)")
-    crash.add_argument("--epochs", type=int, default=3)
+    crash.add_argument("--epochs", type=int, default=None, help="default: lab 7's")
     crash.add_argument("--crash-at-step", type=int, default=None,
                        help="default: the middle of the last epoch, between two checkpoints")
     crash.add_argument("--save-every", type=int, default=None, help="default: about 4 checkpoints per epoch")
@@ -85,19 +85,12 @@ def _run_train(args) -> int:
 
 
 def _run_crash_resume(args) -> int:
-    from ..data import load_splits
-    from .optim import steps_per_epoch
-    from .resume import crash_and_resume
+    from .resume import crash_and_resume, crash_plan
 
-    cfg = LabConfig(subset=args.subset, epochs=args.epochs, seed=args.seed, dropout=0.1,
-                    schedule="onecycle", lr=3e-3, max_norm=1.0)
-    n_train = len(load_splits(args.subset).train[1])
-    per_epoch = steps_per_epoch(-(-n_train // cfg.batch_size), cfg.accum_steps)
-    save_every = args.save_every or max(per_epoch // 4, 1)
-    crash_at = args.crash_at_step or (cfg.epochs - 1) * per_epoch + per_epoch // 2 + max(save_every // 2, 1)
-    if not 0 < crash_at < cfg.epochs * per_epoch:
-        sys.exit(f"--crash-at-step must be between 1 and {cfg.epochs * per_epoch - 1} (the run's last step)")
-    cfg = cfg.replace(save_every=save_every)
+    try:
+        cfg, crash_at = crash_plan(args.subset, args.epochs, args.seed, args.save_every, args.crash_at_step)
+    except ValueError as exc:
+        sys.exit(f"--crash-at-step: {exc}")
     print("effective config:\n" + cfg.describe(), flush=True)
     report = crash_and_resume(cfg, args.out, crash_at)
     print(f"crashed after step {report.crash_step}, resumed from the checkpoint at step {report.resume_step}")

@@ -60,20 +60,14 @@ def save_plots(results: dict[str, RunResult], out: Path) -> None:
 def run_pipeline(out_dir="artifacts", subset: int | None = None, epochs: int | None = None) -> Path:
     """Run every stage (``epochs``: None keeps each notebook's own) and crash/resume; write logs, plots and
     ``summary.md`` into ``out_dir``."""
-    from .resume import crash_and_resume
+    from .resume import crash_and_resume, crash_plan
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {name: run_stage(name, out, subset, epochs) for name in STAGES}
     save_plots(results, out)
 
-    checkpointing = results["checkpointing"]
-    ckpt_epochs = checkpointing.config.epochs
-    steps_per_epoch = checkpointing.final_step // ckpt_epochs
-    crash_cfg = stage_config("checkpointing", subset, epochs).replace(dropout=0.1,
-                                                                      save_every=max(steps_per_epoch // 4, 1))
-    crash_epoch = min(2, ckpt_epochs - 1)  # epoch 3 as in the lab, or the last one of a shorter smoke run
-    crash_at = crash_epoch * steps_per_epoch + steps_per_epoch // 2 + 1  # partway through it, between checkpoints
+    crash_cfg, crash_at = crash_plan(subset, epochs)
     print(f"\n=== stage crash/resume (crash after step {crash_at}) ===", flush=True)
     report = crash_and_resume(crash_cfg, out / "crash_resume", crash_at)
     (out / "resume_curve.png").write_bytes(report.curve.read_bytes())

@@ -33,6 +33,26 @@ class ResumeReport:
     curve: Path
 
 
+def crash_plan(subset: int | None = None, epochs: int | None = None, seed: int = 0, save_every: int | None = None,
+               crash_at: int | None = None) -> tuple[LabConfig, int]:
+    """Lab 7's run (its own settings) for a crash and resume, and the step to crash after.
+
+    Dropout 0.1 is added so that the resumed run must also restore the random state dropout draws from. Defaults:
+    about four checkpoints per epoch, and a crash in the middle of the last epoch, between two checkpoints."""
+    from ..data import load_splits
+    from ..lesson import notebook_config
+    from .optim import steps_per_epoch
+
+    cfg = notebook_config("07_crash_resume").replace(subset=subset, seed=seed, dropout=0.1, progress=False,
+                                                     **({"epochs": epochs} if epochs else {}))
+    per_epoch = steps_per_epoch(-(-len(load_splits(subset).train[1]) // cfg.batch_size), cfg.accum_steps)
+    cfg = cfg.replace(save_every=save_every or max(per_epoch // 4, 1))
+    crash_at = crash_at or (cfg.epochs - 1) * per_epoch + per_epoch // 2 + max(cfg.save_every // 2, 1)
+    if not 0 < crash_at < cfg.epochs * per_epoch:
+        raise ValueError(f"the crash step must be between 1 and {cfg.epochs * per_epoch - 1} (the run's last step)")
+    return cfg, crash_at
+
+
 def config_to_args(cfg: LabConfig) -> list[str]:
     """The ``python -m labutils train`` flags that reproduce ``cfg`` (only the ones that differ from the defaults)."""
     args = []

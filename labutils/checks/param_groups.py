@@ -10,14 +10,14 @@ from .. import exercises
 from ..models import SmallCNN
 from ..trace import Tracer
 from .calling import _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
-from .report import CheckReport, Failure
+from .report import CheckReport, Failure, NotJudged
 from .world import FORBIDDEN, SEED
 
 
 def check_param_groups(fn) -> CheckReport:
     """``param_groups(model, weight_decay)``: AdamW groups, decay on conv/linear weights, 0.0 on every ndim <= 1."""
     report = CheckReport("param_groups (08_stretch)", ["signature", "uses_reference", "return_value", "coverage",
-                                                        "weight_decay"])
+                                                        "weight_decay", "no_decay"])
     if not _check_signature(report, fn, "param_groups"):
         return report
     with _isolated():
@@ -44,7 +44,13 @@ def _judge(report: CheckReport, fn, model, wd: float) -> bool:
         report.failures.append(Failure("return_value", f"param_groups returned {_show(groups)}; the contract returns "
                                        "a list of dicts, each with a 'params' list (and a 'weight_decay')."))
         return False
+    report.judge("return_value", [])
     groups = [{**g, "params": list(g["params"])} for g in groups]  # a generator can be read only once
+    ok = report.judge("coverage", _coverage(groups, model, names))
+    return _judge_decay(report, groups, names, wd) and ok
+
+
+def _coverage(groups: list[dict], model, names: dict) -> list[Failure] | NotJudged:
     seen = Counter(id(p) for g in groups for p in g["params"])
     twice = [names.get(i, "?") for i, c in seen.items() if c > 1]
     missing = [n for n, p in model.named_parameters() if id(p) not in seen]
@@ -53,15 +59,28 @@ def _judge(report: CheckReport, fn, model, wd: float) -> bool:
                 f"{missing[0]} is in no group" + (f" (nor are {len(missing) - 1} more)" if len(missing) > 1 else "")
                 if missing else "a tensor that is not a parameter of the model is in a group" if strangers else None)
     if coverage:
-        report.failures.append(Failure("coverage", coverage + ": every trainable parameter must be in exactly one "
-                                                              "group."))
-        return False
+        return [Failure("coverage", coverage + ": every trainable parameter must be in exactly one group.")]
+    if sum(1 for g in groups if g["params"]) < 2:  # what list(model.parameters()) in one group also "covers"
+        return NotJudged("every parameter is in one group, which covers them without splitting anything: put the "
+                         "conv/linear weights in one group and the biases and norm parameters in another")
+    return []
+
+
+def _judge_decay(report: CheckReport, groups: list[dict], names: dict, wd: float) -> bool:
+    """The decay of every parameter the groups hold (judged even when some are missing): conv/linear weights by
+    ``wd`` (``weight_decay``), biases and norm parameters by 0.0 while the weights are decayed (``no_decay``)."""
     default = torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).defaults["weight_decay"]
+    found = {"weight_decay": [], "no_decay": []}
+    decayed_weights = False
     for group in groups:
         decay = group.get("weight_decay", default)
         for p in group["params"]:
+            if id(p) not in names:
+                continue
+            kind = "no_decay" if p.ndim <= 1 else "weight_decay"
+            decayed_weights |= kind == "weight_decay" and decay != 0.0
             want = 0.0 if p.ndim <= 1 else wd
-            if decay == want:
+            if decay == want or found[kind]:
                 continue
             if p.ndim > 1 and decay != 0.0:
                 message = (f"param_groups decayed {names[id(p)]} by {decay}, not by the weight_decay={wd} it was "
@@ -72,6 +91,15 @@ def _judge(report: CheckReport, fn, model, wd: float) -> bool:
                 unset = ("" if "weight_decay" in group else
                          f" (the group sets none, so AdamW uses its default {default})")
                 message = f"{names[id(p)]} has weight_decay={decay}{unset}: {why}."
-            report.failures.append(Failure("no_decay" if p.ndim <= 1 else "weight_decay", message))
-            return False
-    return True
+            found[kind].append(Failure(kind, message))
+    held = {p.ndim <= 1 for g in groups for p in g["params"] if id(p) in names}
+    decay_ok = report.judge("weight_decay", found["weight_decay"] if False in held else NotJudged(
+        "no conv or linear weight is in any group"))
+    if True not in held:
+        no_decay = NotJudged("no bias or normalisation parameter is in any group")
+    elif not found["no_decay"] and not decayed_weights:
+        no_decay = NotJudged("no weight is decayed, so leaving biases and norms undecayed shows nothing: decay the "
+                             "conv/linear weights by weight_decay in a group of their own")
+    else:
+        no_decay = found["no_decay"]
+    return report.judge("no_decay", no_decay) and decay_ok

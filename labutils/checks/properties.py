@@ -1,15 +1,19 @@
 """Graded properties: one check run per exercise, judged once per property the lab teaches (labutils.exercises).
 
-The rule for a single mistake. A check reports root causes only: a stage whose dependency failed is not run (it is
-listed in ``report.skipped``). So a property is judged like this:
+Points only on evidence. A check reports root causes only (a stage whose dependency failed is not run and is listed
+in ``report.skipped``), and a stage that the run gave nothing to look at (no step, no forward, no file) says so
+instead of passing (``report.unjudged``). So a property is judged like this:
 
 - it fails when the report holds a failure whose id is one of the property's (``Property.checks``), with that
   failure's message;
 - it fails, with the message, when the function could not be judged at all: a wrong signature, a call to the lab's
   own reference, or an exception that no stage explained (``GLOBAL``), or a failure no property owns;
-- otherwise it passes. When one of its stages was skipped because another property's stage failed first, it passes
-  *without being judged*: a mistake costs the points of the property it breaks, never those downstream of it, and the
-  message says that it was not judged and why ("not judged: depends on ..., which failed").
+- it fails as *not judged* (0 points, ✗) when one of its checks saw no evidence or was skipped: the message says
+  what was missing or which mistake to fix first ("not judged: needs order right first");
+- it passes only when every one of its checks ran and found the right thing in what the student's run did.
+
+A mistake should still cost only its own property: the stages are built so that as little as possible depends on an
+earlier stage passing (a dependency that is real is declared in the stage table and in the registry's docs).
 
 A run that never returned (a cell time limit interrupted it, or sys.exit) is remembered too: the next property cell
 of the same functions fails at once instead of waiting for the time limit again.
@@ -95,13 +99,23 @@ def judge(exercise_id: str, property_id: str, report: CheckReport) -> tuple[bool
         failures = [f for f in report.failures if f.check in GLOBAL or f.check not in owned]
     if failures:
         return False, f"✗ {exercise.grade_id(prop.id)}: {prop.title}: no.\n\n" + "\n\n".join(map(str, failures))
-    skipped = [s for s in report.skipped if s in prop.checks]
-    if skipped:
-        roots = ", ".join(dict.fromkeys(f.check for f in report.failures))
-        return True, (f"✓ {exercise.grade_id(prop.id)}: not judged yet: checking {', '.join(skipped)} needs {roots} "
-                      "right first, and that failed (another graded test takes those points). Fix it, then this is "
-                      "checked too.")
+    judged_by = [c for c in prop.checks if c in report.checks or c in report.judged or c in report.unjudged]
+    unseen = [c for c in judged_by if not report.passed_on_evidence(c)]
+    if unseen or not judged_by:
+        return False, _not_judged(exercise, prop, report, unseen)
     return True, f"✓ {exercise.grade_id(prop.id)}: {prop.title}."
+
+
+def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> str:
+    """Why a property earns nothing yet: what its checks could not observe, and which graded test to fix first."""
+    reasons = [f"{c}: {report.unjudged.get(c, 'nothing it needs was observed')}" for c in unseen] or \
+        ["the check observed nothing this property needs"]
+    roots = [r for c in unseen for r in report.unjudged.get(c, "").removeprefix("needs ").removesuffix(
+        " right first").split(", ") if c in report.skipped]
+    first = list(dict.fromkeys(exercise.grade_id(p.id) for r in roots for p in exercise.owner(r)
+                               if p.id != prop.id))
+    fix = f" Fix {', '.join(first)} first; then this is checked too." if first else ""
+    return (f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: " + "; ".join(reasons) + "." + fix)
 
 
 def verdicts(exercise_id: str, report: CheckReport) -> dict[str, tuple[bool, str]]:

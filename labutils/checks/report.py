@@ -26,27 +26,53 @@ class Failure:
         return text + ("\n" + textwrap.indent(self.details, "    ") if self.details else "")
 
 
+class NotJudged(str):
+    """What a check returns when the run gave it nothing to judge (no step, no forward, no file): the reason, for the
+    student. It is not a pass: a property earns its points only on evidence its check saw (``CheckReport.judged``)."""
+
+
 @dataclass
 class CheckReport:
-    """The verdict on one graded function. ``passed``, ``failures``, the ``trace`` of the (main) run, and the checks
-    that were ``skipped`` because one they depend on failed."""
+    """The verdict on one graded function. ``passed``, ``failures``, the ``trace`` of the (main) run, the checks
+    that were ``skipped`` because one they depend on failed, the checks that saw evidence and found it right
+    (``judged``), and why each other check was not judged (``unjudged``: check -> reason)."""
 
     name: str
     checks: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     trace: list[Event] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    judged: list[str] = field(default_factory=list)
+    unjudged: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.unjudged
+
+    def judge(self, check: str, failures: list[Failure] | NotJudged | None) -> bool:
+        """Record one check's outcome: its failures, [] when it saw evidence and found it right, or a
+        :class:`NotJudged` reason. True when it passed on evidence."""
+        if isinstance(failures, str) or failures is None:
+            self.unjudged.setdefault(check, failures or "nothing it needs was observed")
+            return False
+        if failures:
+            self.failures += failures
+            return False
+        if check not in self.judged:
+            self.judged.append(check)
+        return True
+
+    def passed_on_evidence(self, check: str) -> bool:
+        return check in self.judged and check not in self.unjudged and all(f.check != check for f in self.failures)
 
     def __str__(self) -> str:
         if self.passed:
             return f"✓ {self.name} passed all {len(self.checks)} checks ({', '.join(self.checks)})"
         failed = list(dict.fromkeys(f.check for f in self.failures))
-        lines = [f"✗ {self.name} failed: {', '.join(failed)}", ""]
+        lines = [f"✗ {self.name} failed: {', '.join(failed)}", ""] if failed else [f"✗ {self.name}: not judged", ""]
         lines += [str(f) + "\n" for f in self.failures]
+        not_seen = {c: why for c, why in self.unjudged.items() if c not in self.skipped}
+        lines += [f"[{c}] not judged: {why}" for c, why in not_seen.items()]
         if self.skipped:
             lines.append(f"Not checked until that is fixed: {', '.join(self.skipped)}.")
         return "\n".join(lines).rstrip()
@@ -61,22 +87,24 @@ class CheckReport:
 
 
 def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
-    """Run ``(name, fn, deps)`` stages in order; a stage whose dependency failed (or could not run) is skipped.
+    """Run ``(name, fn, deps)`` stages in order; a stage whose dependency failed (or could not be judged) is skipped,
+    and not judged: its reason names the root stages to fix first.
 
-    ``fn(ctx)`` returns a list of failures ([] = passed) or None when it cannot judge (e.g. the run crashed first).
+    ``fn(ctx)`` returns a list of failures ([] = passed on what it saw) or a :class:`NotJudged` reason (None: no
+    reason given) when the run gave it nothing to judge.
     """
-    blocked: set[str] = set()
+    roots: dict[str, list[str]] = {}  # a stage that did not pass -> the root stages behind it
     for name, fn, deps in stages:
         if name not in applicable:
             continue
-        if blocked & set(deps):
-            blocked.add(name)
+        behind = list(dict.fromkeys(r for d in deps if d in roots for r in roots[d]))
+        if behind:
+            roots[name] = behind
             report.skipped.append(name)
+            report.unjudged.setdefault(name, f"needs {', '.join(behind)} right first")
             continue
-        failures = fn(ctx)
-        if failures is None or failures:
-            blocked.add(name)
-            report.failures += failures or []
+        if not report.judge(name, fn(ctx)):
+            roots[name] = [name]
 
 
 def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, title: str, limit: int = 16) -> str:

@@ -43,9 +43,16 @@ def test_correct_variant_passes(variant):
 
 @pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
 def test_buggy_variant_fails_exactly_its_check(variant):
+    """The mistake is the first failure reported; any other is a declared double mistake (DOUBLE_MISTAKES)."""
+    from labutils import exercises
+
     report = run_check(variant)
-    assert [f.check for f in report.failures] == [variant.expected_check], str(report)
+    assert report.failures and report.failures[0].check == variant.expected_check, str(report)
     assert variant.expected_message in report.failures[0].message, str(report)
+    allowed = DOUBLE_MISTAKES.get(variant.name, set())
+    others = {p.id for f in report.failures[1:] for p in exercises.get(variant.exercise).owner(f.check)}
+    others -= {p.id for p in exercises.get(variant.exercise).owner(variant.expected_check)}
+    assert others <= allowed, str(report)
     assert not report.passed and str(report).startswith("✗ ")
 
 
@@ -75,7 +82,8 @@ def test_variant_source_pastes_into_a_notebook_cell(variant):
     for fn, name in zip(pasted.functions, mutants.CONTRACT_NAMES[variant.exercise]):
         assert fn.__name__ == name
     report = run_check(pasted)
-    assert [f.check for f in report.failures] == ([] if variant.correct else [variant.expected_check]), str(report)
+    assert [f.check for f in report.failures] == [f.check for f in run_check(variant).failures], str(report)
+    assert report.passed == variant.correct
 
 
 # --- tracing changes nothing -----------------------------------------------------------------------------------------
@@ -199,7 +207,8 @@ def test_report_text_and_assert_passed():
         failed.assert_passed()
     assert failed.failures[0].step == 1
     assert "expected order" in str(failed) and "<--" in str(failed)  # the trace beside the expected order
-    assert "Not checked until that is fixed: zero_grad, gradient, mean_loss." in str(failed)
+    assert "Not checked until that is fixed: zero_grad." in str(failed)
+    assert "[gradient] not judged: no optimizer step had a clean window" in str(failed)
 
 
 def test_parameters_in_a_different_order_are_named():
@@ -292,21 +301,57 @@ def _failing_properties(variant) -> set[str]:
     return {p for p, (passed, _) in properties.verdicts(variant.exercise, report).items() if not passed}
 
 
-@pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
-def test_buggy_variant_fails_only_its_property(variant):
+# Mutants whose one mistake really shows in a second property's numbers (not a dependency of the checks): the
+# per-batch averaging of evaluate also averages the accuracy per batch; softmax before the loss also changes the
+# loss the loop reports; a clip before backward logs the previous step's norm; clipping or backward on the scaled
+# loss also logs scaled norms (and the run without a scaler shows the same mistake).
+DOUBLE_MISTAKES = {
+    "evaluate_per_batch": {"accuracy"},
+    "softmax_before_cross_entropy": {"mean_loss"},
+    "clip_before_backward": {"norms"},
+    "clip_before_unscale": {"loop"},
+    "backward_without_scale": {"autocast", "loop", "scaler_none", "unscale"},
+}
+# measured when "not judged" stopped earning points (issue 15): the mutants that lose only their own property
+ONLY_OWN_AT_LEAST = 46
+
+
+def _expected_properties(variant) -> set[str]:
     from labutils import exercises
     from labutils.checks import properties
 
     exercise = exercises.get(variant.exercise)
     if variant.expected_check in properties.GLOBAL:
-        expected = {p.id for p in exercise.properties}  # it could not be judged at all
-    else:
-        expected = {p.id for p in exercise.owner(variant.expected_check)}
-        assert len(expected) == 1, f"{variant.expected_check} must belong to exactly one property: {expected}"
-    assert _failing_properties(variant) == expected
+        return {p.id for p in exercise.properties}  # it could not be judged at all
+    expected = {p.id for p in exercise.owner(variant.expected_check)}
+    assert len(expected) == 1, f"{variant.expected_check} must belong to exactly one property: {expected}"
+    return expected
+
+
+@pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
+def test_buggy_variant_fails_its_property_and_costs_others_only_what_is_unjudgeable(variant):
+    """Its own property fails with the message; any other it costs is a declared double mistake, or "not judged"
+    with a message that names the graded test to fix first."""
+    from labutils.checks import properties
+
+    report = run_check(variant)
+    verdicts = properties.verdicts(variant.exercise, report)
+    expected = _expected_properties(variant)
+    failing = {p for p, (passed, _) in verdicts.items() if not passed}
+    assert expected <= failing
     prop = sorted(expected)[0]
-    passed, message = properties.judge(variant.exercise, prop, run_check(variant))
-    assert not passed and variant.expected_message in message
+    assert variant.expected_message in verdicts[prop][1]
+    for other in sorted(failing - expected - DOUBLE_MISTAKES.get(variant.name, set())):
+        message = verdicts[other][1]
+        assert "not judged" in message and message.startswith("✗"), f"{other}: {message}"
+
+
+def test_most_single_mistakes_cost_only_their_own_property():
+    """Reported, and held: the share of mutants that lose exactly their own property (a dependency the checks
+    cannot avoid costs the dependent property as "not judged")."""
+    only_own = [v.name for v in BUGGY if _failing_properties(v) == _expected_properties(v)]
+    print(f"{len(only_own)} of {len(BUGGY)} single-mistake mutants lose only their own property")
+    assert len(only_own) >= ONLY_OWN_AT_LEAST
 
 
 @pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
@@ -323,14 +368,14 @@ def test_every_stage_belongs_to_a_property():
         assert set(report.checks) - {"signature", "uses_reference"} <= owned, variant.exercise
 
 
-def test_a_downstream_property_is_not_judged_and_keeps_its_points():
+def test_a_property_that_could_not_be_judged_earns_nothing_and_names_the_fix():
     from labutils.checks import properties
 
-    no_zero_grad = next(v for v in BUGGY if v.name == "no_zero_grad")
-    report = run_check(no_zero_grad)
-    assert "gradient" in report.skipped
-    passed, message = properties.judge("baseline", "gradient", report)
-    assert passed and "not judged" in message and "zero_grad" in message
+    step_before_backward = next(v for v in BUGGY if v.name == "step_before_backward")
+    passed, message = properties.judge("baseline", "gradient", run_check(step_before_backward))
+    assert not passed and message.startswith("✗ test_train_one_epoch_gradient: not judged")
+    no_zero_grad = next(v for v in BUGGY if v.name == "no_zero_grad")  # step 1 had fresh gradients: judged there
+    assert properties.judge("baseline", "gradient", run_check(no_zero_grad))[0]
 
 
 def test_one_check_run_per_set_of_functions(monkeypatch):

@@ -19,7 +19,7 @@ from ..checkpoint import compare_states
 from ..data import normalize
 from ..trace import Tracer
 from .calling import Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
-from .report import CheckReport, Failure, _beside, _run_stages
+from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
 from .world import FORBIDDEN, INIT_SCALE, SEED, _images, _tiny_model
 
 
@@ -135,7 +135,7 @@ class CkptCtx:
 
 def _ck_atomic(c: CkptCtx):
     if not c.path.exists():
-        return []  # "contents" says so
+        return NotJudged(f"save_checkpoint wrote no {c.path.name}, so there is no write to judge")
     final = str(c.path)
     for e in c.save.events:
         if e.kind == "save" and e.info["target"] and Path(e.info["target"]).resolve() == c.path.resolve():
@@ -218,6 +218,8 @@ def _ck_exact_resume(c: CkptCtx):
 
 
 def _ck_scaler_none(c: CkptCtx):
+    if isinstance(c.none_problem, NotJudged):
+        return c.none_problem
     return [Failure("scaler_none", c.none_problem)] if c.none_problem else []
 
 
@@ -228,7 +230,7 @@ CKPT_STAGES = (
     ("restore", _ck_restore, ("contents",)),
     ("return_value", _ck_return_value, ()),
     ("exact_resume", _ck_exact_resume, ("contents", "restore")),
-    ("scaler_none", _ck_scaler_none, ("loadable", "contents")),
+    ("scaler_none", _ck_scaler_none, ("loadable",)),
 )
 
 
@@ -242,6 +244,8 @@ def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
     if save.error is not None:
         return _exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
     b = _ckpt_objects(SEED + 1, scaler=False)
+    if not path.exists():
+        return NotJudged("with scaler=None, save_checkpoint wrote no file")
     load = _call(load_fn, (path, b.model, b.optimizer, b.scheduler, None), Tracer(forbidden=forbidden))
     if load.error is not None:
         return _exception_failure("load_checkpoint", load_fn, load.error, " with scaler=None").message

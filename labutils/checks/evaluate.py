@@ -15,7 +15,7 @@ from ..data import make_loader
 from ..trace import Event, Tracer
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
-from .report import CheckReport, Failure, _beside, _run_stages
+from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
 from .world import (BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
                     _tiny_model)
 
@@ -47,7 +47,7 @@ def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     model, reference, loader = _eval_case()
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
-    tracer = Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True)
+    tracer = Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True, outputs=True)
     run = _call(fn, (model, loader, device), tracer)
     view = EvalView(model, reference, batches, run, model.training, device)
     for _, event in view.forwards:
@@ -66,7 +66,7 @@ def _eval_beside(v: EvalView, mark: int | None) -> str:
 
 def _ev_return_value(v: EvalView):
     if not v.run.complete:
-        return None
+        return NotJudged("evaluate did not return")
     r = v.run.result
     if not (isinstance(r, (tuple, list)) and len(r) == 2):
         return [Failure("return_value", f"evaluate returned {_show(r)}; the contract returns a pair "
@@ -92,6 +92,8 @@ def _ev_eval_mode(v: EvalView):
 
 
 def _ev_no_grad(v: EvalView):
+    if not v.forwards:
+        return NotJudged("evaluate never called the model")
     for i, e in v.forwards:
         if e.info["grad"]:
             return [Failure("no_grad", f"the forward of batch {e.info.get('batch', '?')} ran with autograd on: every "
@@ -102,7 +104,9 @@ def _ev_no_grad(v: EvalView):
 
 def _ev_restore_mode(v: EvalView):
     if not v.run.complete:
-        return None
+        return NotJudged("evaluate did not return")
+    if not any(not e.info["training"] for _, e in v.forwards):
+        return NotJudged("evaluate never ran the model in eval mode, so there was no mode to restore")
     if not v.training_after:
         return [Failure("restore_mode", "evaluate left the model in eval mode: the next epoch would train with dropout "
                         "off unless it calls model.train() itself. Call model.train() before returning.", None,
@@ -110,42 +114,74 @@ def _ev_restore_mode(v: EvalView):
     return []
 
 
-def _ev_per_sample(v: EvalView):
-    if not v.run.complete:
-        return None
-    loss, acc = (float(x) for x in v.run.result)
+def _outputs(v: EvalView) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(logits, labels) per batch: the logits the student's own forwards produced (so the numbers are judged apart
+    from the mode they ran in), the reference's in eval mode for a batch it never ran."""
     ref = v.reference.eval()
+    seen: dict[int, torch.Tensor] = {}
+    for _, e in v.forwards:
+        j = _match(e.data["x"], v.batches)
+        if j is not None and "out" in e.data and j not in seen:
+            seen[j] = e.data["out"].float()
     with torch.no_grad():
-        outputs = [(ref(x), y) for x, y in v.batches]
+        return [(seen[j] if j in seen else ref(x), y) for j, (x, y) in enumerate(v.batches)]
+
+
+def _numbers(v: EvalView) -> NotJudged | None:
+    if not v.run.complete:
+        return NotJudged("evaluate did not return")
+    if not v.forwards:
+        return NotJudged("evaluate never called the model, so its numbers were not computed from it")
+    return None
+
+
+def _ev_per_sample(v: EvalView):
+    if _numbers(v):
+        return _numbers(v)
+    loss = float(v.run.result[0])
+    outputs = _outputs(v)
     sizes = [len(y) for _, y in outputs]
     losses = [F.cross_entropy(o, y).item() for o, y in outputs]
     soft = [F.cross_entropy(o.softmax(dim=1), y).item() for o, y in outputs]
-    accs = [(o.argmax(dim=1) == y).float().mean().item() for o, y in outputs]
     n = sum(sizes)
     want_loss = sum(s * x for s, x in zip(sizes, losses)) / n
-    want_acc = sum(s * a for s, a in zip(sizes, accs)) / n
-    uneven = f"the last batch has only {sizes[-1]} samples"
-    if not _close(loss, want_loss, 1e-4):
-        if _close(loss, sum(losses) / len(losses), 1e-4):
-            return [Failure("per_sample", f"the loss {loss:.4f} is the average of the per-batch means; the per-sample "
-                            f"mean is {want_loss:.4f} ({uneven}). Sum loss.item() * len(y) (or use reduction='sum') "
-                            "and divide by the number of samples.")]
-        if _close(loss, sum(s * x for s, x in zip(sizes, soft)) / n, 1e-4):
-            return [Failure("softmax", f"the loss {loss:.4f} is cross-entropy on softmax probabilities: "
-                            "F.cross_entropy applies log-softmax itself. Pass the raw logits.")]
-        return [Failure("per_sample", f"the loss is {loss:.4f}; the mean cross-entropy per sample over the whole "
-                        f"loader is {want_loss:.4f}.")]
-    if not _close(acc, want_acc, 1e-6):
-        if _close(acc, sum(accs) / len(accs), 1e-6):
-            return [Failure("accuracy", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
-                            f"per-sample accuracy is {want_acc:.4f} ({uneven}). Count correct predictions and divide "
-                            "by the number of samples.")]
-        return [Failure("accuracy", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
-                        f"logits) over the whole loader is {want_acc:.4f}.")]
-    return []
+    if _close(loss, want_loss, 1e-4):
+        return []
+    if _close(loss, sum(losses) / len(losses), 1e-4):
+        return [Failure("per_sample", f"the loss {loss:.4f} is the average of the per-batch means; the per-sample "
+                        f"mean is {want_loss:.4f} (the last batch has only {sizes[-1]} samples). Sum loss.item() * "
+                        "len(y) (or use reduction='sum') and divide by the number of samples.")]
+    if _close(loss, sum(s * x for s, x in zip(sizes, soft)) / n, 1e-4):
+        return [Failure("softmax", f"the loss {loss:.4f} is cross-entropy on softmax probabilities: "
+                        "F.cross_entropy applies log-softmax itself. Pass the raw logits.")]
+    return [Failure("per_sample", f"the loss is {loss:.4f}; the mean cross-entropy per sample over the whole "
+                    f"loader is {want_loss:.4f}.")]
+
+
+def _ev_accuracy(v: EvalView):
+    if _numbers(v):
+        return _numbers(v)
+    acc = float(v.run.result[1])
+    outputs = _outputs(v)
+    sizes = [len(y) for _, y in outputs]
+    accs = [(o.argmax(dim=1) == y).float().mean().item() for o, y in outputs]
+    want_acc = sum(s * a for s, a in zip(sizes, accs)) / sum(sizes)
+    if _close(acc, want_acc, 1e-6):
+        return []
+    if _close(acc, sum(accs) / len(accs), 1e-6):
+        return [Failure("accuracy", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
+                        f"per-sample accuracy is {want_acc:.4f} (the last batch has only {sizes[-1]} samples). Count "
+                        "correct predictions and divide by the number of samples.")]
+    return [Failure("accuracy", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
+                    f"logits) over the whole loader is {want_acc:.4f}.")]
 
 
 def _ev_device(v: EvalView):
+    if not v.forwards:
+        return NotJudged("evaluate never called the model")
+    if not v.run.moves:
+        return [Failure("device", f"evaluate never moved a batch to the device={v.device!r} it was given: move each "
+                        "batch with x.to(device), y.to(device).")]
     other = next((d for d in v.run.moves if d != torch.device(v.device)), None)
     if other is not None:
         return [Failure("device", f"evaluate moved tensors to {str(other)!r}, not to the device={v.device!r} it was "
@@ -159,7 +195,8 @@ EVAL_STAGES = (
     ("eval_mode", _ev_eval_mode, ()),
     ("no_grad", _ev_no_grad, ()),
     ("restore_mode", _ev_restore_mode, ()),
-    ("per_sample", _ev_per_sample, ("return_value", "eval_mode")),
+    ("per_sample", _ev_per_sample, ("return_value",)),  # judged on the student's own logits, in any mode
+    ("accuracy", _ev_accuracy, ("return_value",)),
 )
 
 

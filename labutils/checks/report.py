@@ -53,10 +53,13 @@ class CheckReport:
         """Record one check's outcome: its failures, [] when it saw evidence and found it right, or a
         :class:`NotJudged` reason. True when it passed on evidence."""
         if isinstance(failures, str) or failures is None:
-            self.unjudged.setdefault(check, failures or "nothing it needs was observed")
+            if check not in self.judged:  # evidence from an earlier run of the same check still stands
+                self.unjudged.setdefault(check, failures or "nothing it needs was observed")
             return False
         if failures:
             self.failures += failures
+            if all(f.check != check for f in failures) and check not in self.judged:
+                self.judged.append(check)  # it looked, and the mistake it found is another property's
             return False
         if check not in self.judged:
             self.judged.append(check)
@@ -101,10 +104,10 @@ def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
         if behind:
             roots[name] = behind
             report.skipped.append(name)
-            report.unjudged.setdefault(name, f"needs {', '.join(behind)} right first")
+            report.judge(name, NotJudged(f"needs {', '.join(behind)} right first"))
             continue
-        if not report.judge(name, fn(ctx)):
-            roots[name] = [name]
+        if not report.judge(name, fn(ctx)) and not report.passed_on_evidence(name):
+            roots[name] = [name]  # a mistake it found that another property owns does not block what follows
 
 
 def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, title: str, limit: int = 16) -> str:

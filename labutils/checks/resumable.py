@@ -18,7 +18,7 @@ from ..data import make_loader, set_position
 from ..trace import Tracer
 from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated, _reference_failure,
                       _show)
-from .report import CheckReport, Failure, _run_stages
+from .report import CheckReport, Failure, NotJudged, _run_stages
 from .world import BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
 _ARGS = exercises.get("resume")
@@ -113,7 +113,10 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
 
 def _rs_on_step(c: ResumeCtx):
     if not c.full.complete:
-        return None
+        return NotJudged("the uninterrupted run did not finish")
+    if not c.full_log.steps:
+        return [Failure("on_step", f"on_step was never called: the contract calls on_step(step) after every optimizer "
+                        f"step, with step = 1, 2, ..., {c.total}.")]
     if c.full_log.steps != list(range(1, c.total + 1)):
         seen = c.full_log.steps[:8]
         return [Failure("on_step", f"on_step was called with {seen}{' ...' if len(c.full_log.steps) > 8 else ''}; the "
@@ -133,6 +136,8 @@ def _rs_return_value(c: ResumeCtx):
 
 
 def _rs_save_every(c: ResumeCtx):
+    if not c.full_log.steps:
+        return NotJudged("on_step was never called, so no checkpoint could be looked for")
     if c.full_log.missing:
         s = c.full_log.missing[0]
         return [Failure("save_every", f"no checkpoint step-{s:06d}.pt existed in ckpt_dir when on_step({s}) was "
@@ -143,7 +148,7 @@ def _rs_save_every(c: ResumeCtx):
 
 def _rs_resume_step(c: ResumeCtx):
     if not c.resumed_log.steps:
-        return None
+        return NotJudged("the run started after the crash took no optimizer step")
     last = R_CRASH_AT - R_CRASH_AT % R_SAVE_EVERY
     first = c.resumed_log.steps[0]
     if first == last + 1:
@@ -160,7 +165,7 @@ def _rs_resume_step(c: ResumeCtx):
 
 def _rs_exact(c: ResumeCtx):
     if not c.resumed.complete:
-        return None
+        return NotJudged("the run started after the crash did not finish")
     diffs = compare_states(c.final_full, c.final_resumed)
     if not diffs:
         return []
@@ -251,9 +256,15 @@ def check_resume(train_fn) -> CheckReport:
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
                     epoch_batches, R_EPOCHS * len(epoch_batches[0]))
     _run_stages(report, RESUME_STAGES, ctx, names)
-    if report.passed:
+    report.judge("mid_epoch", [] if report.passed_on_evidence("exact_resume") else
+                 NotJudged(report.unjudged.get("exact_resume", "the resumed run could not be compared")))
+    if full.complete:  # the arguments it must honour, judged whatever else went wrong
         with _isolated(), tempfile.TemporaryDirectory() as tmp:
-            report.failures += _varied(train_fn, images, labels, Path(tmp))
+            varied = _varied(train_fn, images, labels, Path(tmp))
+        report.failures += varied
+        for check in ("epochs", "device"):
+            report.judge(check, [] if not varied else [f for f in varied if f.check == check] or NotJudged(
+                f"checked with other argument values once {varied[0].check} is right there"))
     if not report.failures:
         for run, when in runs:
             if run.error is not None:

@@ -4,11 +4,13 @@ the canonical order (scale, backward, unscale_ before clipping, scaler.step, sca
 
 from __future__ import annotations
 
-from .report import Failure
+from .report import Failure, NotJudged
 from .train_run import TrainView
 
 
 def _st_autocast(v: TrainView):
+    if not v.micros:
+        return NotJudged("no training forward pass was observed")
     for m in v.micros:
         dtype = v.events[m.forward].info["autocast"]
         if dtype != v.case.amp_dtype:
@@ -20,6 +22,8 @@ def _st_autocast(v: TrainView):
 
 
 def _st_scale(v: TrainView):
+    if not any(m.backward is not None for m in v.micros):
+        return NotJudged("loss.backward() never ran")
     for m in v.micros:
         if m.backward is not None and not any(e.kind == "scale" for e in v.events[m.forward: m.backward]):
             step = m.step or len(v.steps) + 1
@@ -30,6 +34,8 @@ def _st_scale(v: TrainView):
 
 
 def _st_unscale(v: TrainView):
+    if not v.steps:
+        return NotJudged("no optimizer step was observed")
     for k, window in v.windows.items():
         last_backward, step_at = max(m.backward for m in window), v.steps[k - 1]
         for i in range(last_backward, step_at):
@@ -46,6 +52,8 @@ def _st_unscale(v: TrainView):
 
 
 def _st_scaler_step(v: TrainView):
+    if not v.steps:
+        return NotJudged("no optimizer step was observed")
     for k in v.windows:
         if not v.step_event(k).info["via_scaler"]:
             return [Failure("scaler_step", f"optimizer.step() was called directly at step {k} while a GradScaler is in "
@@ -55,6 +63,8 @@ def _st_scaler_step(v: TrainView):
 
 
 def _st_scaler_update(v: TrainView):
+    if not v.steps:
+        return NotJudged("no optimizer step was observed")
     n = len(v.steps)
     for k in range(1, n + 1):
         end = v.steps[k] if k < n else len(v.events)

@@ -10,11 +10,21 @@ from collections import Counter
 
 import torch
 
-from .report import Failure
+from .report import Failure, NotJudged
 from .train_run import TrainView
 
 
+def _no_forward(v: TrainView) -> NotJudged | None:
+    return None if v.micros else NotJudged("no training forward pass (autograd on) was observed")
+
+
+def _no_step(v: TrainView) -> NotJudged | None:
+    return None if v.steps else NotJudged("optimizer.step() never ran")
+
+
 def _st_train_mode(v: TrainView):
+    if _no_forward(v):
+        return _no_forward(v)
     for m in v.micros:
         event = v.events[m.forward]
         if not event.info["training"]:
@@ -26,6 +36,8 @@ def _st_train_mode(v: TrainView):
 
 
 def _st_grad_enabled(v: TrainView):
+    if not v.forwards:
+        return NotJudged("no forward pass was observed")
     trained = {m.batch for m in v.micros}
     for i, batch in v.forwards:
         event = v.events[i]
@@ -40,6 +52,13 @@ def _st_grad_enabled(v: TrainView):
 def _st_device(v: TrainView):
     """Every tensor the loop moved went to the ``device`` it was given (a loop that hard-codes "cpu" or "cuda" shows
     when it is given "cpu:0")."""
+    if not v.forwards:
+        return NotJudged("no forward pass was observed")
+    if not v.run.moves and not v.run.complete:
+        return NotJudged("the loop did not finish, and moved no batch before it stopped")
+    if not v.run.moves:
+        return [Failure("device", f"train_one_epoch never moved a batch to the device={v.case.device!r} it was given: "
+                        "move each batch with x.to(device), y.to(device) (on a GPU the model would get CPU tensors).")]
     wanted = torch.device(v.case.device)
     other = next((d for d in v.run.moves if d != wanted), None)
     if other is not None:
@@ -49,6 +68,8 @@ def _st_device(v: TrainView):
 
 
 def _st_batches(v: TrainView):
+    if _no_forward(v):
+        return _no_forward(v)
     n = len(v.case.batches)
     unknown = [m for m in v.micros if m.batch is None]
     if unknown:
@@ -88,10 +109,12 @@ def _st_order(v: TrainView):
             return [Failure("order", f"batch {v.events[m.forward].info.get('batch')} went through forward and "
                             "backward but no optimizer.step() followed, so it never changed the weights. Step "
                             "after every batch's backward.", None, v.beside(None, m.forward))]
-    return []
+    return _no_step(v) or []
 
 
 def _st_zero_grad(v: TrainView):
+    if _no_step(v):
+        return _no_step(v)
     for k, window in v.windows.items():
         step_at = v.steps[k - 1]
         backwards = [m.backward for m in window]
@@ -113,8 +136,11 @@ def _st_zero_grad(v: TrainView):
 
 
 def _st_accumulation(v: TrainView):
-    expected, accum = v.case.windows, v.case.accum_steps
-    sizes = [len(w) for w in v.windows.values()]
+    if _no_step(v):
+        return _no_step(v)
+    accum, sizes = v.case.accum_steps, [len(w) for w in v.windows.values()]
+    # a dropped trailing group is its own property (_st_trailing): judge the windows of the steps that were taken
+    expected = _windows(len(v.micros) - len(v.trailing), accum) if v.trailing else v.case.windows
     for k, window in v.windows.items():
         for j, m in enumerate(window[1:], start=2):
             if v.events[m.backward].info["fresh"]:
@@ -123,12 +149,6 @@ def _st_accumulation(v: TrainView):
                                 "per micro-batch.", k, v.beside(k, m.backward))]
     if not v.run.complete:
         return []
-    if v.trailing:
-        first = v.events[v.trailing[0].forward].info.get("batch")
-        return [Failure("trailing", f"the last {len(v.trailing)} micro-batch(es) (from batch {first}) went "
-                        "through backward but no optimizer.step() followed: the trailing partial group was dropped, "
-                        "so its data never reached the weights. Also step after the last micro-batch (when "
-                        "i + 1 == len(loader)).", None, v.beside(None, v.trailing[0].forward))]
     if accum > 1 and sizes and all(s == 1 for s in sizes) and len(sizes) > len(expected):
         return [Failure("accumulation", f"optimizer.step() ran after every micro-batch ({len(sizes)} steps for "
                         f"{len(v.micros)} micro-batches): with accum_steps={accum} it should run once every {accum} "
@@ -151,11 +171,28 @@ def _st_accumulation(v: TrainView):
     return []
 
 
+def _st_trailing(v: TrainView):
+    """Every micro-batch reached an optimizer step: the last, partial group too."""
+    if not v.run.complete:
+        return NotJudged("the loop did not finish the epoch")
+    if _no_step(v):
+        return _no_step(v)
+    if v.trailing:
+        first = v.events[v.trailing[0].forward].info.get("batch")
+        return [Failure("trailing", f"the last {len(v.trailing)} micro-batch(es) (from batch {first}) went "
+                        "through backward but no optimizer.step() followed: the trailing partial group was dropped, "
+                        "so its data never reached the weights. Also step after the last micro-batch (when "
+                        "i + 1 == len(loader)).", None, v.beside(None, v.trailing[0].forward))]
+    return []
+
+
 def _windows(n: int, accum: int) -> list[int]:
     return [min(accum, n - start) for start in range(0, n, accum)]
 
 
 def _st_scheduler(v: TrainView):
+    if _no_step(v):
+        return _no_step(v)
     scheds = [i for i, e in enumerate(v.events) if e.kind == "scheduler"]
     n_steps, n_micro = len(v.steps), len(v.micros)
     if v.run.complete and n_steps:
@@ -172,18 +209,33 @@ def _st_scheduler(v: TrainView):
                             "after the last one: it is stepped per epoch. The lab's schedules count optimizer steps: "
                             "call scheduler.step() right after every optimizer.step().", n_steps,
                             v.beside(n_steps, scheds[0]))]
-    before = [i for i in scheds if v.steps and i < v.steps[0]]
-    if before:
-        return [Failure("scheduler_order", "scheduler.step() ran before optimizer.step() at step 1: the first update "
-                        "already used the schedule's second learning rate, and every step after it was one ahead. Call "
-                        "scheduler.step() right after optimizer.step().", 1, v.beside(1, before[0]))]
+    early = bool(scheds) and scheds[0] < v.steps[0]  # stepped before the optimizer: its own property (order)
     for k in range(1, n_steps + 1):
-        end = v.steps[k] if k < n_steps else len(v.events)
-        between = [i for i in scheds if v.steps[k - 1] < i < end]
+        if early:  # count the calls that lead each optimizer step instead of those that follow it
+            start, end = (v.steps[k - 2] if k > 1 else -1), v.steps[k - 1]
+        else:
+            start, end = v.steps[k - 1], (v.steps[k] if k < n_steps else len(v.events))
+        between = [i for i in scheds if start < i < end]
         if len(between) > 1:
             return [Failure("scheduler", f"scheduler.step() ran {len(between)} times after optimizer step {k}: step "
                             "it exactly once per optimizer step.", k, v.beside(k, between[1]))]
         if not between and (k < n_steps or v.run.complete):
             return [Failure("scheduler", f"scheduler.step() did not run after optimizer step {k}: call it right "
                             "after every optimizer.step().", k, v.beside(k, v.steps[k - 1]))]
+    return []
+
+
+def _st_scheduler_order(v: TrainView):
+    """scheduler.step() follows optimizer.step(): none before the first step (judged apart from how often it runs)."""
+    scheds = [i for i, e in enumerate(v.events) if e.kind == "scheduler"]
+    if _no_step(v) or not scheds:
+        return _no_step(v) or NotJudged("scheduler.step() never ran")
+    if len(scheds) == len(v.micros) != len(v.steps):
+        return NotJudged("scheduler.step() ran once per micro-batch, so its place beside optimizer.step() cannot be "
+                         "told; fix how often it runs first")
+    before = [i for i in scheds if i < v.steps[0]]
+    if before:
+        return [Failure("scheduler_order", "scheduler.step() ran before optimizer.step() at step 1: the first update "
+                        "already used the schedule's second learning rate, and every step after it was one ahead. Call "
+                        "scheduler.step() right after optimizer.step().", 1, v.beside(1, before[0]))]
     return []

@@ -158,10 +158,13 @@ class TrainView:
 
     def factors(self, k: int) -> list[float]:
         """Accepted 1/window factors: 1/accum_steps, and for a trailing partial group also 1/its size."""
-        size, accum = len(self.windows[k]), self.case.accum_steps
+        size, accum, own = len(self.windows[k]), self.case.accum_steps, len(self.windows[1])
+        factors = [1.0 / accum]
         if k == len(self.steps) and size < accum:
-            return [1.0 / size, 1.0 / accum]  # Lightning and accelerate use 1/accum_steps here
-        return [1.0 / accum]
+            factors = [1.0 / size, 1.0 / accum]  # Lightning and accelerate use 1/accum_steps here
+        if own != accum:  # windows of the wrong size are the window property's mistake: judge the division by the
+            factors += [1.0 / size, 1.0 / own]  # loop's own accumulation apart from it
+        return list(dict.fromkeys(factors))
 
     def zeros_for_none(self, grads):
         return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, self.case.model.parameters())]

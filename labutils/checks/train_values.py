@@ -8,7 +8,7 @@ import torch
 
 from ..trace import global_norm
 from .calling import _number_problem, _show
-from .report import Failure
+from .report import Failure, NotJudged
 from .train_run import TrainView
 from .world import _close
 
@@ -30,7 +30,7 @@ def _clipped(grads, max_norm: float):
 
 def _st_return_value(v: TrainView):
     if not v.run.complete:
-        return None
+        return NotJudged("the loop did not finish the epoch")
     result, wants_norms = v.run.result, v.exercise in ("clipping", "accumulation", "amp")
     if not wants_norms:
         problem = _number_problem(result, "the returned mean loss")
@@ -54,10 +54,31 @@ def _st_return_value(v: TrainView):
     return [Failure("norms", problem + ".")] if problem else []
 
 
-def _st_gradient(v: TrainView):
+def _clean_steps(v: TrainView) -> list[int]:
+    """The optimizer steps whose micro-batches ran cleanly: known batches, each backward before the step, gradients
+    fresh at the first backward and accumulated after it. The gradient is judged on these, so a mistake in the order
+    or in clearing (its own property) does not hide whether the loss and its gradient are right."""
+    clean = []
     for k, window in v.windows.items():
-        if any(m.batch is None or m.backward is None for m in window):
-            return None
+        if not window or any(m.batch is None or m.backward is None or m.backward > v.steps[k - 1] for m in window):
+            continue
+        if not v.events[window[0].backward].info["fresh"]:
+            continue
+        if any(v.events[m.backward].info["fresh"] for m in window[1:]):
+            continue
+        if any(e.kind == "zero_grad" for e in v.events[max(m.backward for m in window): v.steps[k - 1]]):
+            continue  # the gradients were wiped before the step: the zero_grad property's mistake
+        clean.append(k)
+    return clean
+
+
+def _st_gradient(v: TrainView):
+    clean = _clean_steps(v)
+    if not clean:
+        return NotJudged("no optimizer step had a clean window (a known batch, loss.backward() before the step, "
+                         "fresh gradients)" if v.steps else "optimizer.step() never ran")
+    for k in clean:
+        window = v.windows[k]
         pre = v.pre_clip(k)
         matched = [f for f in v.factors(k) if _rel(pre, v.combined(k, f)) <= v.tol]
         if matched:
@@ -84,7 +105,7 @@ def _st_gradient(v: TrainView):
                         f"the step's batch (relative difference {_rel(pre, expected):.2g}). Compute "
                         "loss = F.cross_entropy(model(x), y) on the raw logits and call loss.backward() on it.", k)]
     if v.case.max_norm is None:  # no clipping in this exercise: what backward produced must reach the step untouched
-        for k in v.windows:
+        for k in clean:
             if _rel(v.applied(k), v.pre_clip(k)) > v.tol:
                 return [Failure("gradient", f"the gradients changed between loss.backward() and optimizer.step() at "
                                 f"step {k}: this exercise applies them as they are.", k, v.beside(k))]
@@ -93,7 +114,10 @@ def _st_gradient(v: TrainView):
 
 def _st_clip(v: TrainView):
     max_norm, clips = v.case.max_norm, [i for i, e in enumerate(v.events) if e.kind == "clip"]
-    for k, window in v.windows.items():
+    if not v.accepted:
+        return NotJudged("no step's gradient could be checked, so its clipping cannot be (fix the gradient first)")
+    for k in v.accepted:
+        window = v.windows[k]
         wanted = v.combined(k, v.accepted[k])
         applied = v.applied(k)
         if _rel(applied, _clipped(wanted, max_norm)) <= v.tol:
@@ -135,9 +159,13 @@ def _st_clip(v: TrainView):
 
 def _st_norms(v: TrainView):
     if not v.run.complete:
-        return None
+        return NotJudged("the loop did not finish the epoch")
     norms = v.run.result[1]
+    if not v.accepted:
+        return NotJudged("no step's gradient could be checked, so its norm cannot be (fix the gradient first)")
     for k, got in enumerate(norms, start=1):
+        if k not in v.accepted:
+            continue
         want = global_norm(v.combined(k, v.accepted[k]))
         if _close(float(got), want, v.tol):
             continue
@@ -157,7 +185,9 @@ def _st_norms(v: TrainView):
 
 def _st_mean_loss(v: TrainView):
     if not v.run.complete:
-        return None
+        return NotJudged("the loop did not finish the epoch")
+    if not v.micros or any(m.batch is None for m in v.micros):
+        return NotJudged("no training forward on the loader's batches was observed, so there is no loss to average")
     result = v.run.result
     value = float(result[0] if isinstance(result, (tuple, list)) else result)
     sizes = [len(v.case.batches[m.batch][1]) for m in v.micros]

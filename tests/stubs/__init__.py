@@ -35,7 +35,7 @@ def _stubs(exercise: str, *functions) -> list[Stub]:
 
 DO_NOTHING = [
     *_stubs("normalize", d.normalize_release, d.normalize_identity, d.normalize_zeros),
-    *_stubs("baseline", d.train_release, d.train_zero, d.train_mode_only, d.train_forward_only, d.train_nan),
+    *_stubs("baseline", d.train_release, d.train_zero, d.train_mode_only, d.train_nan),
     *_stubs("evaluate", d.evaluate_release, d.evaluate_zeros, d.evaluate_eval_only, d.evaluate_mode_dance,
             d.evaluate_perfect),
     *_stubs("scheduler", d.train_scheduler_release, d.train_scheduler_zero, d.train_scheduler_steps_only),
@@ -51,15 +51,14 @@ DO_NOTHING = [
 
 PARTIAL = [
     Stub("normalize:shape_without_values", "normalize", p.normalize_shape_without_values, frozenset({"shape_dtype"})),
-    Stub("baseline:mode_and_return_only", "baseline", p.train_mode_and_mean_loss_without_stepping,
-         frozenset({"train_mode"})),
+    Stub("baseline:forward_only", "baseline", p.train_forward_only, frozenset({"train_mode"})),
     Stub("evaluate:modes_only", "evaluate", p.evaluate_modes_but_constant_numbers,
          frozenset({"eval_mode", "no_grad", "restore_mode"})),
     Stub("param_groups:decays_everything", "param_groups", p.param_groups_decays_everything, frozenset({"decay"})),
     Stub("param_groups:split_without_decay", "param_groups", p.param_groups_split_without_decay,
          frozenset({"coverage"})),
     Stub("checkpoint:atomic_save_only", "checkpoint", (p.save_atomic_complete, d.load_zero),
-         frozenset({"atomic", "complete", "scaler_none"})),
+         frozenset({"atomic", "complete"})),
 ]
 
 STUBS = DO_NOTHING + PARTIAL

@@ -37,13 +37,6 @@ def train_mode_only(model, loader, optimizer, device):
     return 0.0
 
 
-def train_forward_only(model, loader, optimizer, device):
-    model.train()
-    for x, y in loader:
-        model(x.to(device))
-    return 0.0
-
-
 def train_nan(model, loader, optimizer, device):
     model.train()
     return float("nan")

@@ -40,7 +40,7 @@ from distributed import WorkerPlugin
 
 from autograder.channel import ExtraFile, Result, RunConfig, Task
 from autograder.course.nbgrader_setup import prepare_tools
-from autograder.layout import REPO_ROOT
+from autograder.layout import REPO_ROOT, task_dir
 from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times

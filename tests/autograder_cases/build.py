@@ -47,6 +47,32 @@ class Student:
     unreadable: set[str] = field(default_factory=set)  # notebooks that must not even run
 
 
+def _stubs():
+    """The stub corpus (tests/stubs): do-nothing answers, however pytest put tests/ on the path."""
+    try:
+        import stubs
+    except ImportError:
+        from tests import stubs
+    return stubs
+
+
+def do_nothing_student(sol: dict, tests: list[Test]) -> Student:
+    """Every notebook, every graded function replaced by a do-nothing body with a plausible return value (the
+    first non-release stub of each exercise): it must score 0 on every autograded test."""
+    from labutils import exercises
+
+    mutants, stubs = _mutants(), _stubs()
+    notebooks, failing = {}, set()
+    for exercise in exercises.EXERCISES:
+        stub = next(s for s in stubs.DO_NOTHING if s.exercise == exercise.id and "release" not in s.name)
+        names = mutants.CONTRACT_NAMES[exercise.id]
+        nb = notebooks.get(exercise.notebook, sol[exercise.notebook])
+        notebooks[exercise.notebook] = with_function(nb, names, mutants.source(stub), mutants.IMPORTS)
+        failing |= {(exercise.notebook, t.name) for t in tests_for(tests, exercise.notebook, names[0])}
+    return Student("do-nothing", "a do-nothing body with a plausible return in every graded function: zero",
+                   notebooks, failing=failing)
+
+
 def _mutants():
     """The trace-check corpus (tests/mutants), however pytest put tests/ on the path."""
     try:
@@ -98,10 +124,18 @@ def failing_tests(tests: list[Test], notebook: str, function: str, check: str) -
 
 
 def variant_fails(tests: list[Test], notebook: str, function: str, variant) -> dict:
-    """Student(failing=..., messages=...) for a submission with a corpus mutant as ``function``: the test of the
-    mutant's property fails, with its message (all of them for a mutant nothing could be judged of)."""
-    keys = failing_tests(tests, notebook, function, variant.expected_check)
-    return {"failing": keys, "messages": {key: variant.expected_message for key in keys}}
+    """Student(failing=..., messages=...) for a submission with a corpus mutant as ``function``: the tests its check
+    does not pass (the mutant's own property, with its message, and any property it leaves unjudged), exactly as
+    the check in the notebook judges it."""
+    from labutils import exercises
+    from labutils.checks import properties
+
+    verdicts = properties.verdicts(variant.exercise, _mutants().run_check(variant))
+    exercise = exercises.get(variant.exercise)
+    failing = {exercise.grade_id(p) for p, (passed, _) in verdicts.items() if not passed}
+    keys = {(notebook, t.name) for t in tests_for(tests, notebook, function) if t.name in failing}
+    own = failing_tests(tests, notebook, function, variant.expected_check)
+    return {"failing": keys, "messages": {key: variant.expected_message for key in own}}
 
 
 def all_of(tests: list[Test], notebook: str, function: str, message: str | None = None) -> dict:
@@ -151,6 +185,11 @@ def with_function(nb, names: tuple[str, ...], new_source: str, imports: str = ""
     nb = copy.deepcopy(nb)
     cell = solution_cell(nb, names[0])
     cell.source = (imports + "\n" if imports else "") + replace_functions(cell.source, names, new_source)
+    for other in nb.cells:  # a pair defined in two cells (save / load): a later cell must not redefine one
+        if other is not cell and other.cell_type == "code" and other.metadata.get("nbgrader", {}).get("solution"):
+            defined = [n.name for n in ast.parse(other.source).body if isinstance(n, ast.FunctionDef)]
+            for name in set(names) & set(defined):
+                other.source = replace_functions(other.source, (name,), f"# {name} is defined above")
     return nb
 
 
@@ -202,6 +241,7 @@ def build_class(solutions: Path, release: Path, repo: Path, out_dir: Path) -> li
         nb = with_function(sol[notebook], names, mutants.source(variant), mutants.IMPORTS)
         students.append(Student(f"mutant-{name.replace('_', '-')}", f"corpus mutant {name}", {notebook: nb},
                                 **variant_fails(tests, notebook, names[0], variant)))
+    students.append(do_nothing_student(sol, tests))
     students += pathological(sol, tests, repo, out_dir)
     return students
 

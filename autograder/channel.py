@@ -55,7 +55,6 @@ class RunConfig:
     threads: int  # torch threads per kernel
     data_dirs: list[str] = field(default_factory=list)  # readable by student code: FashionMNIST and its cache
     cache_dir: str = ""
-    zygote_socket: str | None = None  # the run's shared zygote; None: each worker starts a private one
 
 
 @dataclass
@@ -237,25 +236,36 @@ class ChannelError(ValueError):
 # --- the boundary ------------------------------------------------------------------------------------------------------
 
 
-def encode(message) -> bytes:
-    """One message as one JSON line."""
+def encode(message, id: int | None = None) -> bytes:
+    """One message as one JSON line; ``id`` ties a request and its reply (the zygote's channel)."""
     if type(message).__name__ not in MESSAGES:
         raise TypeError(f"{type(message).__name__} is not a channel message")
-    return (json.dumps({"type": type(message).__name__, "body": dataclasses.asdict(message)}) + "\n").encode()
+    envelope = {"type": type(message).__name__, "body": dataclasses.asdict(message)}
+    if id is not None:
+        envelope["id"] = id
+    return (json.dumps(envelope) + "\n").encode()
 
 
 def decode(line: bytes | str, expect: type | tuple[type, ...] | None = None):
     """The message a line of :func:`encode` carries; :class:`ChannelError` when it is anything else (or not one of
     ``expect``)."""
+    return decode_tagged(line, expect)[1]
+
+
+def decode_tagged(line: bytes | str, expect: type | tuple[type, ...] | None = None) -> tuple[int | None, object]:
+    """(the line's id or None, its message): :func:`decode` for a channel whose replies answer numbered requests."""
     try:
         raw = json.loads(line)
         cls = MESSAGES[raw["type"]]
         message = _build(cls, raw["body"])
-    except (ValueError, KeyError, TypeError) as exc:
+        tag = raw.get("id")
+        if tag is not None and (not isinstance(tag, int) or isinstance(tag, bool)):
+            raise TypeError(f"the id is {tag!r}, not a number")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ChannelError(f"not a channel message: {str(line)[:200]!r} ({type(exc).__name__}: {exc})") from None
     if expect is not None and not isinstance(message, expect):
         raise ChannelError(f"expected {expect}, got {type(message).__name__}")
-    return message
+    return tag, message
 
 
 def _build(cls, data):
@@ -285,9 +295,9 @@ def _convert(hint, value):
     return value
 
 
-def send(stream, message) -> None:
+def send(stream, message, id: int | None = None) -> None:
     """Write one message to a binary file-like ``stream`` and flush it."""
-    stream.write(encode(message))
+    stream.write(encode(message, id))
     stream.flush()
 
 

@@ -137,7 +137,7 @@ MESSAGES = [
     Task(id="ann--01_baseline", student="ann", notebook="01_baseline", path="/s/ann/01_baseline.ipynb",
          extra_files=[ExtraFile(name="data/x.csv", path="/s/ann/data/x.csv")]),
     RunConfig(template_db="/w/t.db", work_dir="/w", cell_timeout=30, notebook_timeout=90, memory_mb=6144, threads=1,
-              data_dirs=["/d"], cache_dir="/c", zygote_socket=None),
+              data_dirs=["/d"], cache_dir="/c"),
     Result(id="ann--01_baseline", student="ann", notebook="01_baseline",
            tests=[CellScore(name="test_a", kind="auto", points=2.0, max_points=2.0, passed=True, auto_score=2.0,
                             needs_manual_grade=False, message="")],

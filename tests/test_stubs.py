@@ -5,15 +5,19 @@ The corpus is in tests/stubs/. A check must also give a verdict, never crash, on
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+import torch
 
 from labutils import exercises
 from labutils.checks import properties
 
 try:
+    import mutants
     import stubs
 except ImportError:  # run from the repository root as a package
-    from tests import stubs
+    from tests import mutants, stubs
 
 
 def _earned(stub) -> set[str]:
@@ -44,3 +48,39 @@ def test_the_do_nothing_answers_earn_no_point_of_the_autograded_ones():
     points = {e.id: {p.id: p.points for p in e.properties} for e in exercises.EXERCISES}
     earned = sum(points[s.exercise][p] for s in stubs.DO_NOTHING for p in _earned(s))
     assert earned == 0
+
+
+# --- odd return values: a working loop that hands back something else --------------------------------------------------
+
+ODD_VALUES = {"None": (None, "None"), "tensor": (torch.tensor([0.5, 0.25]), "tensor"),
+              "short tuple": ((0.0,), "(0.0,)"), "long tuple": ((0.0, 0.0, 0.0), "(0.0, 0.0, 0.0)"),
+              "string": ("0.0", "'0.0'"), "empty list": ([], "[]"), "dict": ({"loss": 0.0}, "dict")}
+
+
+def _returning(function, value):
+    """``function`` run as written (its side effects observed), ``value`` handed back instead of its result."""
+    @functools.wraps(function)
+    def odd(*args, **kwargs):
+        function(*args, **kwargs)
+        return value
+    return odd
+
+
+def _odd_variants():
+    for variant in (v for v in mutants.CORRECT if v.name.endswith("_canonical")):
+        for label, (value, shown) in ODD_VALUES.items():  
+            *kept, last = variant.functions  # checkpoint: load is the one whose return value is read
+            yield pytest.param(variant.exercise, (*kept, _returning(last, value)), shown,
+                               id=f"{variant.exercise}-returns-{label.replace(' ', '-')}")
+
+
+@pytest.mark.parametrize("exercise, functions, shown", list(_odd_variants()))
+def test_an_odd_return_value_gets_a_verdict_naming_it(exercise, functions, shown):
+    """A check never crashes on what a student's function returns: it fails the property that owns the value,
+    with a message that says what came back."""
+    exercise_ = exercises.get(exercise)
+    report = getattr(__import__("labutils.checks", fromlist=["x"]), exercise_.check)(*functions, *exercise_.check_args)
+    verdicts = properties.verdicts(exercise, report)
+    failed = {p: message for p, (passed, message) in verdicts.items() if not passed}
+    assert failed, f"{exercise} returning {shown} passed every property"
+    assert any(shown in message for message in failed.values()), failed

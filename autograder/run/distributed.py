@@ -183,8 +183,7 @@ class GraderPlugin(WorkerPlugin):
         shutil.rmtree(self.work, ignore_errors=True)
         (self.work / "template").mkdir(parents=True)
         (self.work / "template" / "gradebook.db").write_bytes(self.template)
-        self.run = replace(self.run, template_db=str(self.work / "template" / "gradebook.db"), work_dir=str(self.work),
-                           zygote_socket=None)
+        self.run = replace(self.run, template_db=str(self.work / "template" / "gradebook.db"), work_dir=str(self.work))
         # the zygote's imports take seconds: off the event loop, so the worker keeps answering the scheduler
         await asyncio.get_running_loop().run_in_executor(None, self._warm)
         await worker.set_resources(**{self.name: 1})  # ready: the scheduler may send tasks now

@@ -43,13 +43,15 @@ class Worker:
     """One ``python -m autograder.run.worker`` process; started early (its imports overlap the parent's set-up) and given
     the run's configuration when it is known."""
 
-    def __init__(self, index: int, log_dir: Path, run: RunConfig | None = None):
+    def __init__(self, index: int, log_dir: Path, zygote: SharedZygote, run: RunConfig | None = None):
         self.index = index
         self.log = open(log_dir / f"worker-{index}.log", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.run.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log, start_new_session=True, cwd=str(log_dir),
-        )
+        with zygote.attach() as conn:  # the worker's private line to the zygote: inherited, never named
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autograder.run.worker", "--zygote-fd", str(conn.fileno())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, start_new_session=True,
+                cwd=str(log_dir), pass_fds=(conn.fileno(),),
+            )
         self.reader = channel.LineReader(self.proc.stdout.fileno())
         self.ready = False
         if run is not None:
@@ -90,13 +92,13 @@ def _order(tasks: list[Task]) -> list[Task]:
     return sorted(tasks, key=lambda t: (-cost(t.notebook), t.student, t.notebook))
 
 
-def run_pool(tasks: list[Task], run: RunConfig, workers: list[Worker], work: Path, hard_limit: float,
-             on_result: OnResult) -> None:
+def run_pool(tasks: list[Task], run: RunConfig, workers: list[Worker], work: Path, zygote: SharedZygote,
+             hard_limit: float, on_result: OnResult) -> None:
     pending = deque(_order(tasks))
     sel = selectors.DefaultSelector()
 
     def spawn(i: int) -> Worker:
-        w = Worker(i, work, run)
+        w = Worker(i, work, zygote, run)
         sel.register(w.proc.stdout, selectors.EVENT_READ, w)
         return w
 
@@ -164,7 +166,7 @@ class LocalExecutor:
     def start(self, work: Path) -> None:
         self.work = work
         self.zygote = SharedZygote(work)
-        self.workers = [Worker(i, work) for i in range(self.jobs)]
+        self.workers = [Worker(i, work, self.zygote) for i in range(self.jobs)]
 
     def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
         if not tasks:
@@ -176,10 +178,9 @@ class LocalExecutor:
                 f"--memory-limit {run.memory_mb} MB is below what a kernel needs to start here: the imports "
                 f"alone map {info.vm_mb} MB of address space; use at least {floor} MB")
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
-        run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir,
-                                  zygote_socket=self.zygote.socket)
+        run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir)
         hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
-        run_pool(tasks, run, self.workers[: len(tasks)], self.work, hard_limit, on_result)
+        run_pool(tasks, run, self.workers[: len(tasks)], self.work, self.zygote, hard_limit, on_result)
 
     def close(self) -> None:
         for w in self.workers:

@@ -20,6 +20,12 @@ from autograder.course.nbgrader_setup import prepare_tools
 from autograder.sandbox.client import connect
 
 
+def shared_fd() -> int | None:
+    """The socket to the run's shared zygote that the pool handed us (``--zygote-fd N``), if any."""
+    args = sys.argv[1:]
+    return int(args[args.index("--zygote-fd") + 1]) if "--zygote-fd" in args else None
+
+
 def main() -> None:
     results = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
@@ -34,13 +40,13 @@ def main() -> None:
     except EOFError:
         return  # the parent had nothing for us
     os.environ["JUPYTER_RUNTIME_DIR"] = str(Path(run.work_dir) / f"runtime-{os.getpid()}")
-    zygote = connect(run)
+    zygote = connect(run, shared_fd())
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
     for line in requests:
         task = channel.decode(line, Task)
         if not zygote.alive():
             zygote.close()
-            zygote = connect(run)
+            zygote = connect(run)  # the shared zygote's line is gone for good: a private one
         try:
             result = grade_task(task, run, zygote)
         except Exception as exc:

@@ -1,7 +1,7 @@
 """The client side of :mod:`autograder.sandbox.zygote`: start it, talk to it, and the environments and rules it is given.
 
-- :class:`SharedZygote` starts the run's one warm zygote (listening on a Unix socket); each worker connects with
-  :class:`Zygote` and gets a fork of it. :func:`private_zygote` starts a worker's own when the shared one is gone.
+- :class:`SharedZygote` starts the run's one warm zygote (reachable only through sockets the grader hands out); each
+  worker talks to its own fork of it with :class:`Zygote`. :func:`private_zygote` starts a worker's own when the shared one is gone.
 - :func:`zygote_env` (the zygote's own environment), :func:`kernel_env` (what student code sees) and
   :func:`base_policy` (the sandbox rules every kernel and recheck of a run shares) are written here once.
 """
@@ -37,19 +37,31 @@ def zygote_env(home: Path) -> dict:
                 MALLOC_ARENA_MAX="2")  # fewer 64 MB malloc arenas per thread: the memory limit measures data
 
 
-def _spawn(argv: list[str], log, env: dict, stdin) -> subprocess.Popen:
+def _spawn(argv: list[str], log, env: dict, stdin, pass_fds=()) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN.format(argv=argv)], stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True, pass_fds=pass_fds)
 
 
 class SharedZygote:
-    """The run's one warm zygote; each worker connects to :attr:`socket` and gets its own fork of it."""
+    """The run's one warm zygote. Nothing names it: the grader holds the only end of its control socket (a
+    socketpair it inherited) and hands it one end of a fresh socketpair per worker (:meth:`attach`), so no student
+    process can find it, connect to it or ask it for work. It dies with the grader (``PR_SET_PDEATHSIG``) and kills
+    what it forked when the control socket closes."""
 
     def __init__(self, work: Path):
-        self.socket = str(work / "zygote.sock")
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.log = open(work / "zygote.log", "ab")
-        self.proc = _spawn(["--socket", self.socket], self.log, zygote_env(work / "zygote-home"), subprocess.DEVNULL)
+        with theirs:
+            self.proc = _spawn(["--control", str(theirs.fileno())], self.log, zygote_env(work / "zygote-home"),
+                               subprocess.DEVNULL, pass_fds=(theirs.fileno(),))
         self.info: ZygoteReady | None = None
+
+    def attach(self) -> socket.socket:
+        """A new connection for a worker: the zygote forks a private server for its other end."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs:
+            socket.send_fds(self.control, [b"c"], [theirs.fileno()])
+        return mine
 
     def wait_ready(self, timeout: float = 600) -> ZygoteReady:
         if self.info is None:
@@ -61,6 +73,11 @@ class SharedZygote:
         return self.info
 
     def close(self) -> None:
+        self.control.close()  # the zygote kills everything below it and exits
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
@@ -72,59 +89,72 @@ class SharedZygote:
 class Zygote:
     """A connection to a zygote that forks kernels and rechecks on request.
 
-    With ``socket_path`` it connects to the run's shared zygote, which forks a private one for this connection;
-    without, it starts a private zygote process (slower: its own imports).
+    With ``sock`` (a socket the grader handed us, see :meth:`SharedZygote.attach`) it talks to the run's shared
+    zygote, which forked a private server for it; without, it starts a private zygote process (slower: its own
+    imports). Every request carries a number and its reply the same one: a reply that comes after its request was
+    given up (a timeout) is dropped, never taken as the answer to the next one.
     """
 
-    def __init__(self, socket_path: str | None = None, log_path: Path | None = None, env: dict | None = None,
+    def __init__(self, sock: socket.socket | None = None, log_path: Path | None = None, env: dict | None = None,
                  startup_timeout: float = 300):
         started = time.monotonic()
         self.proc = self.sock = None
         self.closed = False
-        if socket_path:
-            self._connect(socket_path, startup_timeout)
+        self.buffer = b""
+        self.last_id = 0
+        if sock is not None:
+            self.sock = sock
+            self.fd, self.wfile = sock.fileno(), sock.makefile("wb")
             self.ready = None
         else:
             self.log = open(log_path, "ab")
             self.proc = _spawn([], self.log, env, subprocess.PIPE)
-            self.rfile, self.wfile = self.proc.stdout, self.proc.stdin
-            self.ready = self._read(startup_timeout, ZygoteReady)
+            self.fd, self.wfile = self.proc.stdout.fileno(), self.proc.stdin
+            self.ready = self._read(startup_timeout, ZygoteReady)[1]
         self.startup_s = time.monotonic() - started
 
-    def _connect(self, path: str, timeout: float) -> None:
-        started = time.monotonic()
-        while True:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                self.sock.connect(path)
-                break
-            except OSError:
-                self.sock.close()
-                if time.monotonic() - started > timeout:
-                    raise ZygoteError(f"no zygote at {path} after {timeout} s") from None
-                time.sleep(0.2)
-        self.rfile, self.wfile = self.sock.makefile("rb"), self.sock.makefile("wb")
+    def _line(self, deadline: float | None) -> bytes:
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            ready, _, _ = select.select([self.fd], [], [], None if left is None else max(0.0, left))
+            if not ready:
+                raise ZygoteError("no answer from the zygote in time")
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.closed = True
+                raise ZygoteError("the zygote exited")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
 
-    def _read(self, timeout: float | None, expect=None):
-        ready, _, _ = select.select([self.rfile.fileno()], [], [], timeout)
-        if not ready:
-            raise ZygoteError(f"no answer from the zygote within {timeout} s")
-        try:
-            return channel.receive(self.rfile, expect)
-        except EOFError:
-            self.closed = True
-            raise ZygoteError("the zygote exited") from None
-        except channel.ChannelError as exc:
-            raise ZygoteError(str(exc)) from None
+    def _read(self, timeout: float | None, expect=None, id: int | None = None):
+        """The next (id, message); with ``id``, the next reply to that request (any other is a late one: dropped)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                tag, message = channel.decode_tagged(self._line(deadline))
+            except channel.ChannelError as exc:
+                raise ZygoteError(str(exc)) from None
+            if id is not None and tag != id:
+                print(f"zygote: dropped a reply to request {tag} (not {id}): {type(message).__name__}",
+                      file=sys.stderr)
+                continue
+            if expect is not None and not isinstance(message, expect):
+                raise ZygoteError(f"expected {expect}, got {type(message).__name__}")
+            return tag, message
 
     def request(self, message, expect, timeout: float | None = 60):
         """Send ``message``; the reply, which must be an ``expect`` (a :class:`channel.Failure` raises)."""
+        self.last_id += 1
         try:
-            channel.send(self.wfile, message)
+            channel.send(self.wfile, message, id=self.last_id)
         except OSError as exc:
             self.closed = True
             raise ZygoteError(f"the zygote is gone: {exc}") from None
-        reply = self._read(timeout, (expect, channel.Failure))
+        try:
+            reply = self._read(timeout, (expect, channel.Failure), id=self.last_id)[1]
+        except ZygoteError as exc:
+            raise ZygoteError(f"{type(message).__name__}: {exc} (within {timeout} s)") from None
         if isinstance(reply, channel.Failure):
             raise ZygoteError(f"the zygote could not do {type(message).__name__}: {reply.error}")
         return reply
@@ -156,12 +186,13 @@ class Zygote:
             self.sock.close()
 
 
-def connect(run: RunConfig) -> Zygote:
-    """A worker's zygote: a fork of the run's shared one, or a private one when that is unavailable."""
-    if run.zygote_socket:
+def connect(run: RunConfig, shared_fd: int | None = None) -> Zygote:
+    """A worker's zygote: the run's shared one over the socket the grader handed us (``shared_fd``, once: a lost
+    connection is not reopened), or a private one."""
+    if shared_fd is not None:
         try:
-            return Zygote(socket_path=run.zygote_socket, startup_timeout=60)
-        except ZygoteError as exc:
+            return Zygote(sock=socket.socket(fileno=shared_fd))
+        except OSError as exc:
             print(f"worker: shared zygote unavailable ({exc}); starting a private one", file=sys.stderr)
     return private_zygote(Path(run.work_dir))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 import uuid
 
@@ -19,6 +20,10 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from autograder.sandbox import context
 from autograder.channel import KernelRequest, KernelStarted
+from autograder.sandbox.client import ZygoteError
+
+KERNEL_START_TRIES = 3
+KERNEL_START_S = 60  # a fork answers in milliseconds; this is a machine so loaded that it is worth asking again
 
 
 class ForkedKernelProcess:
@@ -76,11 +81,25 @@ class ZygoteProvisioner(LocalProvisioner):
         )
         request = KernelRequest(argv=argv, cwd=cwd, env=ctx.kernel_env, policy=policy,
                                 log=str(ctx.task_dir / "kernel.log"), threads=ctx.threads)
-        pid = ctx.zygote.request(request, KernelStarted).pid
+        pid = self._start(ctx, request)
         self.process = ForkedKernelProcess(pid)
         self.pid = self.pgid = pid
         self.cwd = cwd
         return self.connection_info
+
+
+    @staticmethod
+    def _start(ctx, request: KernelRequest) -> int:
+        """The forked kernel's pid. A request the zygote did not answer in time is asked again (its late reply is
+        dropped by number, and the kernel it may have started dies with the task's KillAll): a slow start on a
+        loaded machine must not cost the student the notebook."""
+        for attempt in range(1, KERNEL_START_TRIES + 1):
+            try:
+                return ctx.zygote.request(request, KernelStarted, timeout=KERNEL_START_S).pid
+            except ZygoteError as exc:
+                if attempt == KERNEL_START_TRIES or not ctx.zygote.alive():
+                    raise
+                print(f"kernel start, try {attempt} of {KERNEL_START_TRIES}: {exc}; trying again", file=sys.stderr)
 
 
 class ZygoteKernelManager(AsyncKernelManager):

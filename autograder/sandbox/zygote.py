@@ -5,7 +5,8 @@ line runs; nine notebooks per student make that most of the grading time. The zy
 code exists (so every fork starts from pristine, unpatched modules), and each kernel or hidden-test recheck is a
 ``fork()`` of it that confines itself (:mod:`autograder.sandbox.policy`) and then runs the student's code.
 
-Protocol (:mod:`autograder.channel`): one request per line on stdin, one reply per line on the original stdout:
+Protocol (:mod:`autograder.channel`): one numbered request per line, one reply per line with the same number (on
+stdin / the original stdout, or on the socket the grader handed over):
 :class:`~autograder.channel.KernelRequest` -> ``KernelStarted`` (an ipykernel in its own session),
 :class:`~autograder.channel.RecheckRequest` -> ``RecheckReply``, ``KillAll`` -> ``Killed`` (every process below the
 zygote: it is a subreaper, so escaped daemons too), ``Exit``; anything that fails -> ``Failure``. The client side
@@ -28,6 +29,7 @@ from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelS
                                 RecheckReply, RecheckRequest, ZygoteReady)
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 RESULT_FD = 3  # where a recheck child writes its results
 
 
@@ -125,6 +127,7 @@ class ReferenceBlocker:
 def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None) -> None:
     """In a freshly forked child: own session, clean fds, the student's cwd and env, then the sandbox."""
     os.setsid()
+    _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -244,8 +247,9 @@ def _kill_session(pid: int) -> None:
 def serve(requests, replies) -> None:
     """Answer requests (binary streams) until the channel closes or says exit."""
     for line in requests:
+        tag = None
         try:
-            req = channel.decode(line)
+            tag, req = channel.decode_tagged(line)
             if isinstance(req, Exit):
                 break
             if isinstance(req, KernelRequest):
@@ -258,7 +262,7 @@ def serve(requests, replies) -> None:
                 reply = Failure(error=f"the zygote does not handle {type(req).__name__}")
         except Exception as exc:
             reply = Failure(error=repr(exc))
-        channel.send(replies, reply)
+        channel.send(replies, reply, id=tag)
     sandbox.kill_descendants(os.getpid())
 
 
@@ -279,9 +283,44 @@ def _data_locations() -> dict:
     return {"data_dirs": dirs, "cache_dir": str(data.cache_dir())}
 
 
+def _die_with_parent() -> None:
+    """SIGKILL when the process that started us goes, however it goes (it may not live to close our channel)."""
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _serve_connections(control_fd: int) -> None:
+    """The shared zygote's loop: the grader sends, over the control socket it alone holds, one end of a new
+    socketpair per worker; each gets its own forked server. When the control socket closes, everything below goes."""
+    import socket
+
+    control = socket.socket(fileno=control_fd)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 16, 8)
+        except OSError:
+            break
+        if not data and not fds:
+            break  # the grader closed its end (or died)
+        for fd in fds:
+            if os.fork() == 0:
+                code = 0
+                try:
+                    control.close()
+                    _die_with_parent()
+                    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+                    conn = socket.socket(fileno=fd)
+                    serve(conn.makefile("rb"), conn.makefile("wb"))
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(fd)
+    sandbox.kill_descendants(os.getpid())
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``main()``: serve stdin/stdout. ``main(["--socket", PATH])``: the shared zygote; every connection to PATH gets
-    its own forked zygote (so -j workers share one warm-up), which forks that worker's kernels."""
+    """``main()``: serve stdin/stdout. ``main(["--control", FD])``: the run's shared zygote, given connections over
+    the inherited socket FD (:class:`autograder.sandbox.client.SharedZygote`), so -j workers share one warm-up."""
     argv = sys.argv[1:] if argv is None else argv
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by accident goes to the log, never into the reply channel
@@ -290,36 +329,18 @@ def main(argv: list[str] | None = None) -> None:
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
+    if "--control" in argv:
+        _die_with_parent()
     started = time.monotonic()
     loaded = preload()
     ready = ZygoteReady(preloaded=loaded, seconds=round(time.monotonic() - started, 2), vm_mb=_vm_size_mb(),
                         **_data_locations())
-    if "--socket" not in argv:
-        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here
-        channel.send(replies, ready)
-        serve(requests, replies)
-        return
-    import socket
-
-    path = argv[argv.index("--socket") + 1]
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    os.chmod(path, 0o600)
-    listener.listen(16)
+    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here
     channel.send(replies, ready)
-    while True:
-        conn, _ = listener.accept()
-        if os.fork() == 0:
-            code = 0
-            try:
-                listener.close()
-                ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-                serve(conn.makefile("rb"), conn.makefile("wb"))
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        conn.close()
+    if "--control" in argv:
+        _serve_connections(int(argv[argv.index("--control") + 1]))
+    else:
+        serve(requests, replies)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
     if other is not None:
         return [Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device={device!r} it "
                         "was given: move each batch with .to(device).")]
-    if run.result != total:
+    if not _is_step(run.result, total):
         return [Failure("return_value", f"{given}train_resumable returned {_show(run.result)}; the contract returns "
                         f"the final global step ({total} here).")]
     return []
@@ -127,9 +127,14 @@ def _rs_on_step(c: ResumeCtx):
     return []
 
 
+def _is_step(value, step: int) -> bool:
+    """Is ``value`` the global step ``step`` (a Python int; any other returned value is compared safely)?"""
+    return isinstance(value, int) and not isinstance(value, bool) and value == step
+
+
 def _rs_return_value(c: ResumeCtx):
     for run, when in ((c.full, ""), (c.resumed, " after resuming")):
-        if run.complete and run.result != c.total:
+        if run.complete and not _is_step(run.result, c.total):
             return [Failure("return_value", f"train_resumable returned {_show(run.result)}{when}; the contract "
                             f"returns the final global step ({c.total} here).")]
     return []

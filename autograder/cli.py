@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address-space limit per student process in MB (torch alone maps ~4 GB; default: 6144)")
     g.add_argument("--student", help="student id when SUBMISSIONS is a single .ipynb (default: its folder's name)")
     g.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
+    g.add_argument("--regrade", nargs="*", metavar="STUDENT", help="grade again what OUT already holds: every "
+                   "task, or only these students' (default: a re-run grades only what is new or changed)")
     g.add_argument("--keep-work", action="store_true", help="keep the scratch folder (kernel logs) for debugging")
     g.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster: its scheduler, e.g. "
                    "tcp://HOST:8786 (workers started with --nthreads 1; -j is then unused). Default: this machine")
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from .grade import GradeOptions, GradingSetupError, grade
     from .course.submissions import SubmissionsError
+    from .results.journal import OutLocked
 
     if args.memory_limit < 3000:
         print(f"error: --memory-limit {args.memory_limit} MB is too small: importing torch alone maps ~4 GB of "
@@ -109,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     options = GradeOptions(jobs=args.jobs, db_url=args.db_url, cell_timeout=args.timeout_cell,
                            notebook_timeout=args.timeout_notebook, memory_mb=args.memory_limit,
                            student=args.student, source=args.source, keep_work=args.keep_work,
-                           threads=1 if args.scheduler else None)  # one torch thread per Dask worker process
+                           threads=1 if args.scheduler else None,  # one torch thread per Dask worker process
+                           regrade=args.regrade)
     try:
         result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
-    except (SubmissionsError, FileNotFoundError, GradingSetupError) as exc:
+    except (SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if result.complete else 1

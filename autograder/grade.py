@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,9 @@ from .layout import ASSIGNMENT
 from .course.nbgrader_setup import database_url, prepare_tools, sqlite_url
 from .layout import REPO_ROOT
 from .run.progress import Progress, fmt as _fmt
+from .run import scratch
 from .run.pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
+from .results import journal
 
 if TYPE_CHECKING:
     from .course.submissions import Submission
@@ -55,6 +56,7 @@ class GradeOptions:
     source: Path | None = None  # the assignment's source folder; default solutions/loop_lab
     keep_work: bool = False
     threads: int | None = None  # torch threads per kernel; default cores // jobs
+    regrade: list[str] | None = None  # None: reuse every unchanged graded task of OUT; []: regrade all; or these ids
 
 
 @dataclass
@@ -67,6 +69,7 @@ class TaskOutcome:
     seconds: float = 0.0
     feedback: str | None = None
     timings: dict = field(default_factory=dict)  # kernel_s, recheck_s, total_s inside the worker
+    autograded: str | None = None  # the notebook as graded (outputs, hidden tests): what formgrader shows
 
     @classmethod
     def from_result(cls, result: Result, seconds: float) -> TaskOutcome:
@@ -75,7 +78,7 @@ class TaskOutcome:
             notes.append(f"could not be graded: {result.error}")
         return cls(student=result.student, notebook=result.notebook, status=result.status,
                    tests=[dataclasses.asdict(t) for t in result.tests], notes=notes, seconds=round(seconds, 1),
-                   feedback=result.feedback, timings=dict(result.timings))
+                   feedback=result.feedback, timings=dict(result.timings), autograded=result.autograded)
 
 
 @dataclass
@@ -139,8 +142,9 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect."""
     opts = options or GradeOptions()
     started = time.monotonic()
+    out_lock = journal.lock_out(Path(out).resolve())  # one run per OUT; held until this process ends
     prepare_tools()
-    work = Path(tempfile.mkdtemp(prefix="looplab-grade-"))
+    work, alive = scratch.new_work_folder()
     from .sandbox import policy as sandbox
 
     source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
@@ -151,15 +155,20 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     try:
         executor.start(work)  # warm-up first: its imports run while this process builds the gradebook
         the_plan = plan(submissions, out, opts, source, work)
+        outcomes = dict(the_plan.decided)
+        kept, reuse_notes = journal.Journal(the_plan.out), []
+        keys = _reuse_kept(the_plan, kept, outcomes, opts, root, source, reuse_notes.append)
         (the_plan.out / "grading.log").unlink(missing_ok=True)
         progress = Progress({s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students},
                             started, the_plan.out / "grading.log")
         progress.log(f"grading {len(the_plan.submissions)} student(s) x {len(the_plan.notebooks)} notebook(s) with "
                      f"{opts.jobs} process(es); gradebook {the_plan.db_url}")
-        outcomes = dict(the_plan.decided)
+        for note in reuse_notes:
+            progress.log(note)
 
         def on_result(result: Result, seconds: float) -> None:
             outcome = TaskOutcome.from_result(result, seconds)
+            outcome = TaskOutcome(**kept.record(result.id, keys[result.id], dataclasses.asdict(outcome)))
             outcomes[(outcome.student, outcome.notebook)] = outcome
             progress.done(outcome.student, outcome.notebook, _status(outcome), outcome.seconds)
 
@@ -181,7 +190,45 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         if not opts.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         else:
+            scratch.keep(work)
             log(f"work folder kept: {work}")
+        alive.close()
+        out_lock.close()
+
+
+def run_key(opts: GradeOptions, root: Path, source: Path) -> str:
+    """What decides every task's grade besides the student's files: the assignment's source, the grader's code and
+    nbgrader's version, and the options that change a verdict (time and memory limits)."""
+    import nbgrader
+
+    from .layout import code_version
+
+    return json.dumps([journal.folder_hash(source), code_version(root), nbgrader.__version__, opts.cell_timeout,
+                       opts.notebook_timeout, opts.memory_mb])
+
+
+def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: GradeOptions, root: Path, source: Path,
+                say) -> dict[str, str]:
+    """Take from OUT's journal every task graded before whose files and grader are unchanged (all of them regraded
+    with ``--regrade``, or those of its students); leave the rest in ``the_plan.tasks``. Each task's key."""
+    if opts.regrade is not None:
+        kept.forget([t.id for t in the_plan.tasks if t.student in opts.regrade] if opts.regrade else None)
+    common = run_key(opts, root, source)
+    keys, todo, why = {}, [], {}
+    for task in the_plan.tasks:
+        keys[task.id] = journal.task_key(common, Path(task.path), [(e.name, Path(e.path)) for e in task.extra_files])
+        outcome, reason = kept.reusable(task.id, keys[task.id])
+        if outcome is None:
+            todo.append(task)
+            why[reason] = why.get(reason, 0) + 1
+        else:
+            outcomes[(task.student, task.notebook)] = TaskOutcome(**outcome)
+    reused = len(the_plan.tasks) - len(todo)
+    if reused:
+        say(f"{reused} task(s) reused from {kept.folder} (graded before, nothing changed); {len(todo)} to grade"
+            + (f" ({', '.join(f'{n} {r}' for r, n in sorted(why.items()))})" if todo else ""))
+    the_plan.tasks = todo
+    return keys
 
 
 def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path) -> Plan:

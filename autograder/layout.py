@@ -6,12 +6,32 @@ client and formgrader's course; each once wrote its own copy, and a copy that dr
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PACKAGE = "labutils.reference"  # the instructor's side of labutils: never in the handout, never importable
 #                                           by a student's code while it is graded
+
+
+CODE_DIRS = ("labutils", "autograder")  # the grader's code: one version on every Dask worker, part of a result's key
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def code_version(root: Path = REPO_ROOT) -> str:
+    """A hash of every ``.py`` file of labutils/ and autograder/ (relative path and content); cached per process."""
+    key = str(root)
+    if key not in _VERSIONS:
+        h = hashlib.sha256()
+        for name in CODE_DIRS:
+            for path in sorted((root / name).rglob("*.py")):
+                if "__pycache__" not in path.parts:
+                    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _VERSIONS[key] = h.hexdigest()[:16]
+    return _VERSIONS[key]
 
 
 def reference_dir(root: Path = REPO_ROOT) -> Path:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..layout import ASSIGNMENT, autograded_folder, autograded_notebook, submitted_folder, task_course
+from ..layout import ASSIGNMENT, autograded_folder, submitted_folder
 from .nbgrader_setup import nbgrader_config, sqlite_url
 
 CONFIG_NAME = "nbgrader_config.py"
@@ -62,7 +62,6 @@ def write_course(the_plan, outcomes: dict) -> list[str]:
         if (template / folder / ASSIGNMENT).is_dir():
             shutil.copytree(template / folder / ASSIGNMENT, out / folder / ASSIGNMENT, dirs_exist_ok=True)
     (out / CONFIG_NAME).write_text(config_text(out, the_plan.db_url))
-    task_ids = {(t.student, t.notebook): t.id for t in the_plan.tasks}
     notes = []
     for sub in the_plan.submissions:
         submitted, autograded = submitted_folder(out, sub.student), autograded_folder(out, sub.student)
@@ -78,10 +77,10 @@ def write_course(the_plan, outcomes: dict) -> list[str]:
             shutil.copyfile(extra["path"], target)
         for nb in sub.notebooks:
             outcome = outcomes.get((sub.student, nb))
-            if outcome is None or outcome.status != "graded" or (sub.student, nb) not in task_ids:
+            if outcome is None or outcome.status != "graded":
                 continue
-            graded = autograded_notebook(task_course(the_plan.run.work_dir, task_ids[(sub.student, nb)]), sub.student, nb)
-            if graded.exists():
+            graded = Path(outcome.autograded or "/nonexistent")  # the journal's copy (autograder.results.journal)
+            if graded.is_file():
                 shutil.copyfile(graded, autograded / f"{nb}.ipynb")
             else:  # graded on another machine: formgrader shows the notebook as handed in, without outputs
                 shutil.copyfile(sub.notebooks[nb], autograded / f"{nb}.ipynb")

@@ -40,14 +40,13 @@ from distributed import WorkerPlugin
 
 from autograder.channel import ExtraFile, Result, RunConfig, Task
 from autograder.course.nbgrader_setup import prepare_tools
-from autograder.layout import REPO_ROOT, task_dir
+from autograder.layout import code_version, task_dir
 from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
 STALL_S = 600  # no worker able to grade for this long (all refused or gone): the tasks left are not graded
 POLL_S = 30  # how often the client looks for that while it waits for results
 PLUGIN_PREFIX = "looplab-grader-"
-CODE_DIRS = ("labutils", "autograder")  # what must be the same version on every worker
 
 logger = logging.getLogger(__name__)
 
@@ -80,22 +79,6 @@ class RemoteResult:
 
 
 # --- the same code on both sides -----------------------------------------------------------------------------------
-
-
-_VERSIONS: dict[str, str] = {}
-
-
-def code_version(root: Path = REPO_ROOT) -> str:
-    """A hash of every ``.py`` file of labutils/ and autograder/ (relative path and content); cached per process."""
-    key = str(root)
-    if key not in _VERSIONS:
-        h = hashlib.sha256()
-        for name in CODE_DIRS:
-            for path in sorted((root / name).rglob("*.py")):
-                if "__pycache__" not in path.parts:
-                    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-        _VERSIONS[key] = h.hexdigest()[:16]
-    return _VERSIONS[key]
 
 
 def mismatched_workers(versions: dict, mine: str) -> list[str]:

@@ -18,6 +18,7 @@ from autograder import channel
 from autograder.channel import Result, RunConfig, Task, WorkerReady
 from autograder.course.nbgrader_setup import prepare_tools
 from autograder.sandbox.client import connect
+from autograder.sandbox.policy import die_with_parent
 
 
 def shared_fd() -> int | None:
@@ -27,6 +28,7 @@ def shared_fd() -> int | None:
 
 
 def main() -> None:
+    die_with_parent()  # a grader killed with SIGKILL takes its workers along
     results = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -29,7 +29,6 @@ from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelS
                                 RecheckReply, RecheckRequest, ZygoteReady)
 
 _PR_SET_CHILD_SUBREAPER = 36
-_PR_SET_PDEATHSIG = 1
 RESULT_FD = 3  # where a recheck child writes its results
 
 
@@ -127,7 +126,7 @@ class ReferenceBlocker:
 def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None) -> None:
     """In a freshly forked child: own session, clean fds, the student's cwd and env, then the sandbox."""
     os.setsid()
-    _die_with_parent()
+    sandbox.die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -283,11 +282,6 @@ def _data_locations() -> dict:
     return {"data_dirs": dirs, "cache_dir": str(data.cache_dir())}
 
 
-def _die_with_parent() -> None:
-    """SIGKILL when the process that started us goes, however it goes (it may not live to close our channel)."""
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 def _serve_connections(control_fd: int) -> None:
     """The shared zygote's loop: the grader sends, over the control socket it alone holds, one end of a new
     socketpair per worker; each gets its own forked server. When the control socket closes, everything below goes."""
@@ -306,7 +300,7 @@ def _serve_connections(control_fd: int) -> None:
                 code = 0
                 try:
                     control.close()
-                    _die_with_parent()
+                    sandbox.die_with_parent()
                     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
                     conn = socket.socket(fileno=fd)
                     serve(conn.makefile("rb"), conn.makefile("wb"))
@@ -330,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(null_fd, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
     if "--control" in argv:
-        _die_with_parent()
+        sandbox.die_with_parent()
     started = time.monotonic()
     loaded = preload()
     ready = ZygoteReady(preloaded=loaded, seconds=round(time.monotonic() - started, 2), vm_mb=_vm_size_mb(),

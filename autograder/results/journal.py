@@ -1,0 +1,148 @@
+"""Every finished task kept on disk the moment it finishes, so a killed run loses only the tasks in flight and the
+next run on the same OUT grades only what is missing or changed.
+
+Why: a class of 300 is an hour of grading; an OOM kill, a closed laptop lid or a cluster pre-emption used to lose all
+of it, and one late submission meant grading everyone again.
+
+- :class:`Journal` is ``OUT/.journal/``: one ``<task id>.json`` per finished task (its outcome, as the run's
+  collector reads it) and its feedback page beside it, each written to a temporary file, flushed to disk and moved
+  into place with ``os.replace`` (a reader sees the old file or the new one, never half of one).
+- A task's :func:`task_key` hashes what decides its grade: the student's notebook and data files, the assignment's
+  source, the grader's code and the grading options. An entry is reused only when its key is the task's key and it
+  was graded (a task the grader failed on is always tried again).
+- :func:`lock_out` makes one run at a time write to an OUT: a second is refused with the first's pid. The lock is an
+  ``flock``, which the kernel drops when its holder dies, however it dies: no stale lock to remove by hand.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+JOURNAL = ".journal"
+LOCK = ".grading.lock"
+FILES = {"feedback": ".html", "autograded": ".ipynb"}  # an outcome's files, kept beside it
+
+
+class OutLocked(RuntimeError):
+    """Another grading run is writing to this OUT."""
+
+
+def lock_out(out: Path):
+    """Hold OUT's lock for this process's lifetime (the returned file); :class:`OutLocked` when a run holds it."""
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise OutLocked(f"another grading run ({holder}) is writing to {out}: wait for it to finish, or grade "
+                        "into another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}")
+    f.flush()
+    return f
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` or what it held before, never a part: temp file, fsync, rename, fsync the folder."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def content_hash(h, path: Path) -> None:
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def folder_hash(root: Path) -> str:
+    """Relative path and content of every file under ``root`` (mtimes left out: a copy is the same source)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and ".ipynb_checkpoints" not in p.parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        content_hash(h, path)
+    return h.hexdigest()
+
+
+def task_key(run_key: str, notebook: Path, extra_files: list[tuple[str, Path]]) -> str:
+    """What decides one task's grade: the run's key (source, grader, options) and the student's own files."""
+    h = hashlib.sha256(run_key.encode() + b"\0")
+    content_hash(h, notebook)
+    for name, path in sorted(extra_files):
+        h.update(b"\0" + name.encode() + b"\0")
+        content_hash(h, path)
+    return h.hexdigest()
+
+
+class Journal:
+    """The finished tasks of OUT (see the module's docstring)."""
+
+    def __init__(self, out: Path):
+        self.folder = out / JOURNAL
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _entry(self, task_id: str) -> Path:
+        return self.folder / f"{task_id}.json"
+
+    def record(self, task_id: str, key: str, outcome: dict) -> dict:
+        """Keep ``outcome`` (its feedback page and graded notebook copied beside it); the outcome as kept."""
+        outcome = dict(outcome)
+        for field, suffix in FILES.items():
+            if outcome.get(field) and Path(outcome[field]).is_file():
+                kept = self.folder / f"{task_id}{suffix}"
+                write_atomically(kept, Path(outcome[field]).read_bytes())
+                outcome[field] = str(kept)
+        write_atomically(self._entry(task_id), json.dumps({"key": key, "outcome": outcome}).encode())
+        return outcome
+
+    def reusable(self, task_id: str, key: str) -> tuple[dict | None, str]:
+        """(the kept outcome, "") when it can stand for this task; else (None, why it is graded again)."""
+        try:
+            entry = json.loads(self._entry(task_id).read_text())
+        except FileNotFoundError:
+            return None, "new"
+        except (OSError, ValueError) as exc:
+            return None, f"unreadable journal entry ({type(exc).__name__})"
+        outcome = entry.get("outcome") or {}
+        if entry.get("key") != key:
+            return None, "changed"
+        if outcome.get("status") != "graded":
+            return None, "not graded last time"
+        if any(outcome.get(field) and not Path(outcome[field]).is_file() for field in FILES):
+            return None, "a file it kept is missing"
+        return outcome, ""
+
+    def forget(self, task_ids: list[str] | None = None) -> None:
+        """Drop the kept outcomes of ``task_ids`` (all when None): ``--regrade``."""
+        if task_ids is None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            return
+        for task_id in task_ids:
+            self._entry(task_id).unlink(missing_ok=True)

@@ -1,0 +1,207 @@
+"""Issue 18: a grading run survives its own death and grades only what changed.
+
+A small class with known mistakes is graded once without interruption (the reference). Then the same class is graded
+into another OUT by a grader that is killed with SIGKILL twice (as an OOM killer or a pre-emption would: no clean-up
+of its own) before a third run is let finish: its grades.csv and every student's JSON equal the reference's, the
+tasks finished before a kill are not graded again, nothing of a killed run is left running (each run is started
+under a subreaper, tests/autograder_cases/reaper.py) and no scratch folder of a dead run is left. Then a late student
+is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    from autograder_cases import build, reaper
+except ImportError:
+    from tests.autograder_cases import build, reaper
+
+REPO = Path(__file__).resolve().parents[1]
+SOLUTIONS = REPO / "solutions" / "loop_lab"
+REAPER = Path(__file__).parent / "autograder_cases" / "reaper.py"
+LIMITS = ["--timeout-cell", "30", "--timeout-notebook", "90"]
+CLASS = {  # student -> the notebooks handed in: known mistakes beside a right answer, cheap notebooks only
+    "solutions": ("01_baseline", "02_scheduler", "03_clipping"),
+    "release": ("01_baseline",),
+    "mutant-no-zero-grad": ("01_baseline",),
+    "mutant-scheduler-before-optimizer": ("02_scheduler",),
+}
+LATE = "mutant-evaluate-no-eval"
+
+pytestmark = [pytest.mark.autograder, pytest.mark.slow,
+              pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9, reason="solutions/ not complete")]
+
+
+def _students(tmp: Path) -> dict[str, build.Student]:
+    from autograder.course.release import release
+
+    root = tmp / "release-root"
+    shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")
+    release(root)
+    chosen = {}
+    for st in build.build_class(SOLUTIONS, root / "notebooks", REPO, tmp / "unused-out"):
+        if st.name in CLASS or st.name == LATE:
+            keep = CLASS.get(st.name) or ("01_baseline",)
+            st.notebooks = {nb: content for nb, content in st.notebooks.items() if nb in keep}
+            chosen[st.name] = st
+    return chosen
+
+
+class Run:
+    """``autograder grade`` below a subreaper (so that what a killed grader leaves is seen), in its own TMPDIR."""
+
+    def __init__(self, submissions: Path, out: Path, tmp: Path, *extra: str):
+        self.folder = tmp / f"run-{time.monotonic_ns()}"
+        self.folder.mkdir(parents=True)
+        self.tmpdir = tmp / "scratch"
+        self.tmpdir.mkdir(exist_ok=True)
+        command = [sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "-j", "2",
+                   *LIMITS, *extra]
+        self.proc = subprocess.Popen([sys.executable, str(REAPER), str(self.folder / "stdout"),
+                                      str(self.folder / "stderr"), "--", *command], cwd=REPO,
+                                     env=dict(os.environ, TMPDIR=str(self.tmpdir)), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def grader_pid(self) -> int | None:
+        return next((p["pid"] for p in reaper.below(self.proc.pid) if " -m autograder grade " in p["cmdline"]), None)
+
+    def exited(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        assert line, f"the grader did not exit within {timeout:.0f} s"
+        return json.loads(line)
+
+    def left(self) -> list[dict]:
+        self.proc.stdin.write("list\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["left"]
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+    @property
+    def stderr(self) -> str:
+        return (self.folder / "stderr").read_text(errors="replace")
+
+
+def _journal(out: Path) -> set[str]:
+    return {p.stem for p in (out / ".journal").glob("*.json")} if (out / ".journal").is_dir() else set()
+
+
+def _comparable(out: Path, student: str) -> dict:
+    """A student's JSON without what differs between two runs: timings and where OUT is."""
+    record = json.loads((out / f"{student}.json").read_text())
+    for nb in record["notebooks"].values():
+        nb.pop("seconds", None)
+        nb.pop("timings", None)
+        if nb.get("feedback"):
+            nb["feedback"] = str(Path(nb["feedback"]).relative_to(out))
+    return record
+
+
+def _kill_when(run: Run, ready, timeout: float = 600) -> None:
+    """SIGKILL the grader (only it: the rest must go by itself) as soon as ``ready()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert run.proc.poll() is None and time.monotonic() < deadline, "the moment to kill never came"
+        time.sleep(0.2)
+    pid = run.grader_pid()
+    assert pid is not None, "the grader had already exited"
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("resume")
+    students = _students(tmp)
+    on_time = [st for name, st in students.items() if name != LATE]
+    build.write_class(on_time, tmp / "submissions")
+
+    reference = Run(tmp / "submissions", tmp / "reference", tmp)
+    first = reference.exited(900)
+    reference.stop()
+    assert first["returncode"] == 0, reference.stderr[-3000:]
+
+    out, kills = tmp / "out", []
+    for moment in ("after the first task", "after one more task"):
+        run = Run(tmp / "submissions", out, tmp)
+        before = _journal(out)
+        _kill_when(run, lambda: len(_journal(out) - before) >= 1)
+        exited = run.exited(120)
+        time.sleep(2)  # death signals travel down the tree: zygote, its forks, kernels, workers
+        kills.append({"moment": moment, "kept": _journal(out), "left": run.left(), "exited": exited,
+                      "stderr": run.stderr})
+        run.stop()
+    final = Run(tmp / "submissions", out, tmp)
+    last = final.exited(900)
+    final.stop()
+    assert last["returncode"] == 0, final.stderr[-3000:]
+    return {"tmp": tmp, "out": out, "reference": tmp / "reference", "kills": kills, "final": final, "last": last,
+            "students": students}
+
+
+def test_a_killed_run_keeps_what_it_finished(graded):
+    first, second = graded["kills"]
+    assert first["kept"], "the first killed run kept no finished task"
+    assert first["kept"] <= second["kept"] and len(second["kept"]) > len(first["kept"])
+    reused = re.search(r"(\d+) task\(s\) reused", graded["final"].stderr)
+    assert reused and int(reused.group(1)) >= len(second["kept"]), graded["final"].stderr[-2000:]
+
+
+def test_the_resumed_run_equals_an_uninterrupted_one(graded):
+    out, reference = graded["out"], graded["reference"]
+    assert (out / "grades.csv").read_text() == (reference / "grades.csv").read_text()
+    for name in CLASS:
+        assert _comparable(out, name) == _comparable(reference, name), name
+    for kind in ("feedback", "autograded"):
+        files = sorted(p.relative_to(reference) for p in (reference / kind).rglob("*") if p.is_file())
+        assert files and sorted(p.relative_to(out) for p in (out / kind).rglob("*") if p.is_file()) == files
+
+
+def test_nothing_of_a_killed_run_is_left(graded):
+    for kill in graded["kills"]:
+        assert kill["exited"]["returncode"] == -signal.SIGKILL
+        assert not kill["left"], f"killed {kill['moment']}, still running:\n" + "\n".join(
+            f"{p['pid']}: {p['cmdline']}" for p in kill["left"])
+    scratch = graded["tmp"] / "scratch"
+    assert not list(scratch.glob("looplab-grade-*")), "a dead run's scratch folder was left in TMPDIR"
+
+
+def test_a_late_student_is_graded_alone(graded):
+    tmp, out = graded["tmp"], graded["out"]
+    build.write_class([graded["students"][LATE]], tmp / "submissions")
+    run = Run(tmp / "submissions", out, tmp)
+    exited = run.exited(900)
+    run.stop()
+    assert exited["returncode"] == 0, run.stderr[-3000:]
+    everyone = sum(len(nbs) for nbs in CLASS.values())
+    assert f"{everyone} task(s) reused" in run.stderr and "1 to grade (1 new)" in run.stderr, run.stderr[-2000:]
+    assert {r["student"] for r in build.read_csv(out / "grades.csv")} == {*CLASS, LATE}
+    for name in CLASS:
+        assert _comparable(out, name) == _comparable(graded["reference"], name), name
+
+
+def test_a_second_run_on_a_busy_out_is_refused(graded, tmp_path):
+    from autograder.results import journal
+
+    held = journal.lock_out(tmp_path / "out")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(graded["tmp"] / "submissions"),
+                               "--out", str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        held.close()
+    assert proc.returncode == 2
+    assert f"pid {os.getpid()}" in proc.stderr and "another --out" in proc.stderr, proc.stderr[-2000:]

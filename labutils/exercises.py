@@ -264,7 +264,7 @@ EXERCISES: tuple[Exercise, ...] = (
                   ("save_every",)),
          Property("resumes", 1, "train_resumable restarts from the step of the newest checkpoint", ("resume_step",)),
          Property("mid_epoch", 1, "train_resumable continues in the middle of the epoch, with the same batches",
-                  ("mid_epoch",)),
+                  ("mid_epoch", "epoch_order")),
          Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",)),
          Property("loop", 1, "train_resumable trains the given epochs, calls on_step after every step, returns the "
                              "final step", ("on_step", "epochs", "return_value", "device")))),

@@ -201,7 +201,9 @@ def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
 
 @pytest.mark.slow
 def test_workers_with_other_code_are_refused(cluster, tmp_path, monkeypatch):
-    monkeypatch.setitem(dist._VERSIONS, str(dist.REPO_ROOT), "not-the-workers")
+    from autograder import layout
+
+    monkeypatch.setitem(layout._VERSIONS, str(layout.REPO_ROOT), "not-the-workers")
     template = tmp_path / "gradebook.db"
     template.write_bytes(b"")
     run = RunConfig(template_db=str(template), work_dir=str(tmp_path), cell_timeout=1, notebook_timeout=1,

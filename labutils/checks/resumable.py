@@ -26,16 +26,27 @@ R_EPOCHS, R_SAVE_EVERY = (_ARGS.argument(name).values[0] for name in ("epochs", 
 R_IMAGES, R_CRASH_AT = 44, 10  # 6 batches/epoch, 12 steps; crash mid-epoch 2
 
 
+NO_LOSS = object()  # on_step(step) called without the loss
+
+
+def saved_steps(ckpt_dir: Path) -> list[int]:
+    """The steps of the step-NNNNNN.pt files in ``ckpt_dir``, as they are on disk."""
+    numbers = (p.stem.split("-")[-1] for p in ckpt_dir.glob("step-*.pt"))
+    return sorted(int(n) for n in numbers if n.isdigit())
+
+
 class _OnStep:
     """The on_step callback: records the steps, whether each due checkpoint existed, and crashes when told."""
 
     def __init__(self, ckpt_dir: Path, crash_at: int | None = None, save_every: int = R_SAVE_EVERY):
         self.ckpt_dir, self.crash_at, self.save_every = ckpt_dir, crash_at, save_every
         self.steps: list = []
+        self.losses: list = []  # the loss each call handed over (NO_LOSS when none)
         self.missing: list[int] = []  # due checkpoints that did not exist when on_step was called
 
     def __call__(self, step, *args, **kwargs):
         self.steps.append(step)
+        self.losses.append(args[0] if args else kwargs.get("loss", NO_LOSS))
         if isinstance(step, int) and step % self.save_every == 0:
             if not (self.ckpt_dir / f"step-{step:06d}.pt").exists():
                 self.missing.append(step)
@@ -56,6 +67,7 @@ class ResumeCtx:
     final_resumed: dict
     epoch_batches: list  # epoch -> list of (x, y) in the order of that epoch
     total: int
+    on_disk: list[int]  # the steps of the checkpoints in ckpt_dir when the run crashed, as on disk
 
 
 def _resume_objects(images, labels):
@@ -92,8 +104,7 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
         as_if = len(log.steps) // math.ceil(R_IMAGES / BATCH)
         return [Failure("epochs", f"{given}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
                         f"{as_if}, not the epochs={epochs} it was given ({total} steps): loop over range(epochs).")]
-    numbers = (p.stem.split("-")[-1] for p in ckpt_dir.glob("step-*.pt"))
-    saved = sorted(int(n) for n in numbers if n.isdigit())
+    saved = saved_steps(ckpt_dir)
     if log.missing or any(s % save_every for s in saved):
         odd = [s for s in saved if s % save_every] or saved
         every = odd[0] if odd else None
@@ -121,10 +132,27 @@ def _rs_on_step(c: ResumeCtx):
         seen = c.full_log.steps[:8]
         return [Failure("on_step", f"on_step was called with {seen}{' ...' if len(c.full_log.steps) > 8 else ''}; the "
                         f"contract calls on_step(step) after every optimizer step, with step = 1, 2, ..., {c.total}.")]
+    loss_problem = _loss_problem(c.full_log)
+    if loss_problem:
+        return [Failure("on_step", loss_problem)]
     if not c.crash.crashed and c.crash.error is None:
         return [Failure("on_step", f"train_resumable kept going after on_step raised at step {R_CRASH_AT}: let "
                         "exceptions from on_step propagate (a crash must stop the run).")]
     return []
+
+
+def _loss_problem(log: _OnStep) -> str | None:
+    """What is wrong with the losses on_step was handed (the contract: that step's mean loss, a Python float)."""
+    for step, loss in zip(log.steps, log.losses):
+        if loss is NO_LOSS:
+            return (f"on_step was called as on_step({step}) without the loss: the contract calls on_step(step, loss) "
+                    "with that step's mean training loss, loss.item().")
+        if isinstance(loss, torch.Tensor):
+            return (f"on_step({step}, loss) was handed a tensor: pass loss.item(), a Python float (a tensor keeps "
+                    "the step's graph alive and cannot be logged as a number).")
+        if not isinstance(loss, float) or not math.isfinite(loss):
+            return f"on_step({step}, loss) was handed {_show(loss)}, not the step's mean training loss as a float."
+    return None
 
 
 def _is_step(value, step: int) -> bool:
@@ -148,13 +176,21 @@ def _rs_save_every(c: ResumeCtx):
         return [Failure("save_every", f"no checkpoint step-{s:06d}.pt existed in ckpt_dir when on_step({s}) was "
                         f"called: save ckpt_dir/step-{{step:06d}}.pt every save_every optimizer steps, before calling "
                         "on_step.", s)]
+    extra = [s for s in saved_steps(c.full_log.ckpt_dir) if s % R_SAVE_EVERY]
+    if extra:
+        return [Failure("save_every", f"the run saved {', '.join(f'step-{s:06d}.pt' for s in extra[:3])}"
+                        f"{' ...' if len(extra) > 3 else ''} with save_every={R_SAVE_EVERY}: save only when "
+                        "step % save_every == 0.", extra[0])]
     return []
 
 
 def _rs_resume_step(c: ResumeCtx):
     if not c.resumed_log.steps:
         return NotJudged("the run started after the crash took no optimizer step")
-    last = R_CRASH_AT - R_CRASH_AT % R_SAVE_EVERY
+    if not c.on_disk:
+        return NotJudged(f"no step-*.pt was in ckpt_dir when the run crashed at step {R_CRASH_AT}, so there was "
+                         "nothing to resume from")
+    last = c.on_disk[-1]
     first = c.resumed_log.steps[0]
     if first == last + 1:
         return []
@@ -174,7 +210,7 @@ def _rs_exact(c: ResumeCtx):
     diffs = compare_states(c.final_full, c.final_resumed)
     if not diffs:
         return []
-    last = R_CRASH_AT - R_CRASH_AT % R_SAVE_EVERY
+    last = c.on_disk[-1] if c.on_disk else 0
     per_epoch = len(c.epoch_batches[0])
     want_epoch, want_batch = divmod(last, per_epoch)
     first_forward = next((e for e in c.resumed.events if e.kind == "forward"), None)
@@ -215,12 +251,34 @@ def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
             "optimizer's state (AdamW's moment estimates).")
 
 
+def _rs_epoch_order(c: ResumeCtx):
+    """The run that never stopped trains every epoch on that epoch's batches, in that epoch's order (a loop that
+    never tells the loader the epoch replays epoch 1's order, and a resumed run would replay it too)."""
+    forwards = [e for e in c.full.events if e.kind == "forward"]
+    if not forwards:
+        return NotJudged("train_resumable never called the model")
+    per_epoch = len(c.epoch_batches[0])
+    for i, event in enumerate(forwards[: c.total]):
+        epoch, j = divmod(i, per_epoch)
+        if _match(event.data.get("x"), c.epoch_batches[epoch]) == j:
+            continue
+        seen = next(((ep, k) for ep, batches in enumerate(c.epoch_batches)
+                     if (k := _match(event.data.get("x"), batches)) is not None), None)
+        what = f"epoch {seen[0] + 1}'s batch {seen[1] + 1}" if seen else "a batch the loader does not give"
+        return [Failure("epoch_order", f"step {i + 1} (epoch {epoch + 1}, batch {j + 1}) trained on {what}: tell "
+                        "the loader the epoch with set_position(train_loader, epoch, start_batch) before every "
+                        "epoch (start_batch is 0 except right after resuming), so each epoch has its own order.",
+                        i + 1)]
+    return []
+
+
 RESUME_STAGES = (
     ("on_step", _rs_on_step, ()),
     ("return_value", _rs_return_value, ()),
     ("save_every", _rs_save_every, ("on_step",)),
-    ("resume_step", _rs_resume_step, ("on_step", "save_every")),
+    ("resume_step", _rs_resume_step, ("on_step",)),
     ("exact_resume", _rs_exact, ("resume_step",)),
+    ("epoch_order", _rs_epoch_order, ()),
 )
 
 
@@ -242,8 +300,10 @@ def check_resume(train_fn) -> CheckReport:
         full, final_full = _resume_run(train_fn, images, labels, dirs[0], full_log)
         report.trace = full.events
         runs = [(full, "")]
+        on_disk = []
         if full.complete:
             crash, _ = _resume_run(train_fn, images, labels, dirs[1], crash_log)
+            on_disk = saved_steps(dirs[1])
             resumed, final_resumed = _resume_run(train_fn, images, labels, dirs[1], resumed_log)
             runs += [(crash, f" (in the run meant to crash at step {R_CRASH_AT})"), (resumed, " (when resuming)")]
         else:
@@ -259,7 +319,7 @@ def check_resume(train_fn) -> CheckReport:
             report.failures.append(_reference_failure("train_resumable", run.reference))
             return report
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
-                    epoch_batches, R_EPOCHS * len(epoch_batches[0]))
+                    epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk)
     _run_stages(report, RESUME_STAGES, ctx, names)
     report.judge("mid_epoch", [] if report.passed_on_evidence("exact_resume") else
                  NotJudged(report.unjudged.get("exact_resume", "the resumed run could not be compared")))

@@ -182,6 +182,12 @@ BUGGY = [
             "as if save_every=4, not the save_every=7 it was given"),
     Variant("resume_hardcoded_epochs", "resume", b.resume_hardcoded_epochs, "epochs",
             "as if epochs=2, not the epochs=3 it was given"),
+    Variant("resume_saves_every_step", "resume", b.resume_saves_every_step, "save_every",
+            "when step % save_every == 0"),
+    Variant("resume_on_step_tensor_loss", "resume", b.resume_on_step_tensor_loss, "on_step",
+            "was handed a tensor: pass loss.item()"),
+    Variant("resume_replays_epoch_order", "resume", b.resume_replays_epoch_order, "epoch_order",
+            "so each epoch has its own order"),
     Variant("param_groups_hardcoded_decay", "param_groups", b.param_groups_hardcoded_decay, "weight_decay",
             "by 0.01, not by the weight_decay=0.037 it was given"),
 ]

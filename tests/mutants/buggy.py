@@ -776,7 +776,8 @@ def resume_off_by_one(model, optimizer, scheduler, train_loader, epochs, ckpt_di
         set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
         for x, y in train_loader:
             optimizer.zero_grad()
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
             optimizer.step()
             scheduler.step()
             step += 1
@@ -784,7 +785,7 @@ def resume_off_by_one(model, optimizer, scheduler, train_loader, epochs, ckpt_di
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 
@@ -801,7 +802,8 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
         set_position(train_loader, epoch, 0)
         for x, y in train_loader:
             optimizer.zero_grad()
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
             optimizer.step()
             scheduler.step()
             step += 1
@@ -809,7 +811,7 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
             if step == epochs * per_epoch:
                 return step
     return step
@@ -831,7 +833,8 @@ def resume_forgets_rng(model, optimizer, scheduler, train_loader, epochs, ckpt_d
         set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
         for x, y in train_loader:
             optimizer.zero_grad()
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
             optimizer.step()
             scheduler.step()
             step += 1
@@ -839,7 +842,7 @@ def resume_forgets_rng(model, optimizer, scheduler, train_loader, epochs, ckpt_d
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 
@@ -851,7 +854,8 @@ def resume_never_loads(model, optimizer, scheduler, train_loader, epochs, ckpt_d
         set_position(train_loader, epoch, 0)
         for x, y in train_loader:
             optimizer.zero_grad()
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
             optimizer.step()
             scheduler.step()
             step += 1
@@ -859,7 +863,7 @@ def resume_never_loads(model, optimizer, scheduler, train_loader, epochs, ckpt_d
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 
@@ -876,12 +880,13 @@ def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs
         set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
         for x, y in train_loader:
             optimizer.zero_grad()
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
             optimizer.step()
             scheduler.step()
             step += 1
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
             if step % save_every == 0:
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
@@ -1068,7 +1073,7 @@ def resume_hardcoded_save_every(model, optimizer, scheduler, train_loader, epoch
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 
@@ -1095,7 +1100,7 @@ def resume_hardcoded_epochs(model, optimizer, scheduler, train_loader, epochs, c
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 
@@ -1125,3 +1130,83 @@ def amp_scaler_required(model, loader, optimizer, scheduler, max_norm, scaler, a
         total += loss.item() * len(y)
         seen += len(y)
     return total / seen, norms
+
+
+def resume_saves_every_step(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                            on_step=None):
+    """Saves a checkpoint after every optimizer step, whatever save_every says."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                            scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_on_step_tensor_loss(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Hands on_step the loss tensor itself instead of loss.item()."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss)
+    return step
+
+
+def resume_replays_epoch_order(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Positions the loader mid-epoch but always as epoch 0: every epoch replays the first epoch's order."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, 0, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step

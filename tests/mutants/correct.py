@@ -429,7 +429,7 @@ def resume_canonical(model, optimizer, scheduler, train_loader, epochs, ckpt_dir
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
             if on_step is not None:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 
@@ -446,7 +446,8 @@ def resume_while(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, sa
         set_position(train_loader, epoch, start_batch)
         for x, y in train_loader:
             optimizer.zero_grad()
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
             optimizer.step()
             scheduler.step()
             step += 1
@@ -454,7 +455,7 @@ def resume_while(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, sa
                 save_checkpoint(f"{ckpt_dir}/step-{step:06d}.pt", model=model, optimizer=optimizer,
                                 scheduler=scheduler, scaler=None, step=step)
             if on_step:
-                on_step(step)
+                on_step(step, loss.item())
     return step
 
 

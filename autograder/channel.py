@@ -55,6 +55,7 @@ class RunConfig:
     threads: int  # torch threads per kernel
     data_dirs: list[str] = field(default_factory=list)  # readable by student code: FashionMNIST and its cache
     cache_dir: str = ""
+    require_isolation: bool = False  # refuse to grade when a confinement layer cannot be applied here
 
 
 @dataclass
@@ -119,6 +120,7 @@ class ZygoteReady:
     vm_mb: int  # address space after the imports: every kernel starts at least this big
     data_dirs: list[str]
     cache_dir: str
+    isolation: dict[str, str] = field(default_factory=dict)  # layer -> "" (applied to every kernel) or why not
 
 
 @dataclass
@@ -134,6 +136,8 @@ class Policy:
     memory_mb: int | None = None
     cpu_seconds: int | None = None
     file_size_mb: int | None = 1024
+    scratch_mb: int = 1024  # the task's private tmpfs: /dev/shm, HOME, TMPDIR and the notebook folder's writes
+    pids_max: int = 512  # processes and threads of the task (its cgroup)
 
 
 @dataclass

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
     g.add_argument("--regrade", nargs="*", metavar="STUDENT", help="grade again what OUT already holds: every "
                    "task, or only these students' (default: a re-run grades only what is new or changed)")
+    g.add_argument("--require-isolation", action="store_true", help="refuse to grade when this machine does not "
+                   "allow every confinement layer (cgroups, a private scratch, the network filter)")
     g.add_argument("--keep-work", action="store_true", help="keep the scratch folder (kernel logs) for debugging")
     g.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster: its scheduler, e.g. "
                    "tcp://HOST:8786 (workers started with --nthreads 1; -j is then unused). Default: this machine")
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                            notebook_timeout=args.timeout_notebook, memory_mb=args.memory_limit,
                            student=args.student, source=args.source, keep_work=args.keep_work,
                            threads=1 if args.scheduler else None,  # one torch thread per Dask worker process
-                           regrade=args.regrade)
+                           regrade=args.regrade, require_isolation=args.require_isolation)
     try:
         result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
     except (SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked) as exc:

@@ -57,6 +57,7 @@ class GradeOptions:
     keep_work: bool = False
     threads: int | None = None  # torch threads per kernel; default cores // jobs
     regrade: list[str] | None = None  # None: reuse every unchanged graded task of OUT; []: regrade all; or these ids
+    require_isolation: bool = False  # refuse to grade when a confinement layer cannot be applied on this machine
 
 
 @dataclass
@@ -268,7 +269,8 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
                                                          notes=[f"{nb}.ipynb was not submitted: scored 0"])
     run = RunConfig(template_db=str(template_db), work_dir=str(work), cell_timeout=opts.cell_timeout,
                     notebook_timeout=opts.notebook_timeout, memory_mb=opts.memory_mb,
-                    threads=opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)))
+                    threads=opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)),
+                    require_isolation=opts.require_isolation)
     timings = {"template_gradebook_s": t1 - t0, "gradebook_s": t2 - t1, "discover_s": time.monotonic() - t2}
     return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run,
                 timings=timings, refused=found.refused)

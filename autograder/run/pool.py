@@ -87,6 +87,19 @@ class Worker:
         self.kill()
 
 
+def check_isolation(found: dict[str, str], required: bool, log) -> None:
+    """Say which confinement layers student code gets here, and which not (what that exposes); refuse to grade
+    without all of them when ``required`` (``--require-isolation``)."""
+    from autograder.sandbox import isolation
+
+    gaps = isolation.missing(found)
+    if gaps and required:
+        raise GradingSetupError("--require-isolation: " + "; ".join(gaps))
+    applied = [layer for layer, why in found.items() if not why]
+    log(f"student code confined: Landlock, rlimits{''.join(', ' + layer for layer in applied)}"
+        + "".join(f"\nWARNING: {gap}" for gap in gaps))
+
+
 def _order(tasks: list[Task]) -> list[Task]:
     """Longest first (LPT): the last task to start should be a short one."""
     return sorted(tasks, key=lambda t: (-cost(t.notebook), t.student, t.notebook))
@@ -177,6 +190,7 @@ class LocalExecutor:
             raise GradingSetupError(
                 f"--memory-limit {run.memory_mb} MB is below what a kernel needs to start here: the imports "
                 f"alone map {info.vm_mb} MB of address space; use at least {floor} MB")
+        check_isolation(info.isolation, run.require_isolation, log)
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
         run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir)
         hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck

@@ -24,12 +24,14 @@ import sys
 import time
 
 from autograder import channel
+from autograder.sandbox import isolation
 from autograder.sandbox import policy as sandbox
 from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed,
                                 RecheckReply, RecheckRequest, ZygoteReady)
 
 _PR_SET_CHILD_SUBREAPER = 36
 RESULT_FD = 3  # where a recheck child writes its results
+LAYERS: list[str] = []  # the isolation layers this machine allows (probed at start), applied to every child
 
 
 def student_modules() -> list[str]:
@@ -162,6 +164,10 @@ def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None
         del sys.modules[name]
     sys.meta_path.insert(0, ReferenceBlocker())
     importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
+    isolation.enter(LAYERS, f"task-{os.getpid()}", req.policy.memory_mb,
+                    [req.env[k] for k in ("HOME", "TMPDIR") if req.env.get(k)], req.cwd,
+                    scratch_mb=req.policy.scratch_mb, pids_max=req.policy.pids_max)
+    os.chdir(req.cwd)  # again: the notebook's folder is now the overlay
     sandbox.confine(req.policy)
 
 
@@ -257,12 +263,14 @@ def serve(requests, replies) -> None:
                 reply = _run_recheck(req)
             elif isinstance(req, KillAll):
                 reply = Killed(killed=sandbox.kill_descendants(os.getpid()))
+                isolation.remove_empty_cgroups()
             else:
                 reply = Failure(error=f"the zygote does not handle {type(req).__name__}")
         except Exception as exc:
             reply = Failure(error=repr(exc))
         channel.send(replies, reply, id=tag)
     sandbox.kill_descendants(os.getpid())
+    isolation.remove_empty_cgroups()
 
 
 def _vm_size_mb() -> int:
@@ -326,9 +334,11 @@ def main(argv: list[str] | None = None) -> None:
     if "--control" in argv:
         sandbox.die_with_parent()
     started = time.monotonic()
+    found = isolation.probe()  # before the imports: a probe is a fork of a small process
+    LAYERS[:] = [layer for layer, why_not in found.items() if not why_not]
     loaded = preload()
     ready = ZygoteReady(preloaded=loaded, seconds=round(time.monotonic() - started, 2), vm_mb=_vm_size_mb(),
-                        **_data_locations())
+                        isolation=found, **_data_locations())
     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of student code land here
     channel.send(replies, ready)
     if "--control" in argv:

@@ -1,0 +1,246 @@
+"""The operating-system layers around student code, beyond :mod:`autograder.sandbox.policy`'s Landlock and rlimits.
+
+A task's kernel and its recheck each get, in the child the zygote forked and before any student line runs:
+
+- ``cgroup``: its own cgroup (v1: pids, memory, cpu) with a process budget (a fork or thread bomb hits ``EAGAIN``
+  inside its task), a real-memory limit (the OOM killer picks inside the task) and an equal CPU share (one task
+  cannot starve another). Needs root and a writable ``/sys/fs/cgroup``; removed when the task's processes are gone.
+- ``scratch``: a private mount namespace where ``/dev/shm``, HOME and TMPDIR are one size-limited tmpfs, and
+  the notebook's folder is an overlay whose writes land there too: nothing a student writes reaches the disk, another
+  student or the next task, and filling it costs only that notebook. Needs root or unprivileged user namespaces.
+- ``network``: a seccomp filter: sockets of the Unix family and TCP only (TCP is Landlock's: the kernel's own ports),
+  so no UDP, raw or packet socket, IPv4 or IPv6, no netlink but the read-only route family (ZeroMQ reads the
+  interfaces through it), and no io_uring (which would bypass the filter).
+
+Why here and not bubblewrap or nsjail: both start a new process with ``exec``, and the zygote's reason to exist is a
+fork that already has torch, labutils and the data loaded (seconds per notebook). The same system calls they make
+(``unshare``, ``mount``, cgroup files, a seccomp filter) are made here, in the fork.
+
+:func:`probe` says which layers this machine allows; the grader prints what it could not apply and what that exposes,
+and ``--require-isolation`` refuses to grade without all of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from pathlib import Path
+
+LAYERS = {  # layer -> what a student could do without it
+    "cgroup": "a fork bomb or a memory hog slows or starves the notebooks graded beside it",
+    "scratch": "/dev/shm is shared between students, and a disk filler fills the grader's disk",
+    "network": "student code can send UDP (IPv4 and IPv6) and open raw or netlink sockets",
+}
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "looplab-tasks"
+PIDS_MAX = 512  # threads count: an ipykernel has ~10, torch and a DataLoader some more
+SCRATCH_MB = 1024
+
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+class IsolationError(OSError):
+    """A layer could not be applied."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise IsolationError(code, f"{what}: {os.strerror(code)}")
+
+
+# --- cgroup ----------------------------------------------------------------------------------------------------------
+
+
+CONTROLLERS = ("pids", "memory", "cpu")
+
+
+def _parent(controller: str) -> Path:
+    """Where this process's task cgroups go: beneath its own cgroup (a grader run inside a limited cgroup, a
+    systemd slice or a container's, keeps those limits around its tasks)."""
+    own = "/"
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            own = path
+    return CGROUP_ROOT / controller / own.lstrip("/") / CGROUP_PARENT
+
+
+def _cgroup_dirs(name: str) -> dict[str, Path]:
+    return {c: _parent(c) / name for c in CONTROLLERS}
+
+
+def join_cgroup(name: str, memory_mb: int | None, pids_max: int = PIDS_MAX) -> None:
+    """Move this process into a new cgroup ``name`` of each controller, with its limits."""
+    for controller, folder in _cgroup_dirs(name).items():
+        folder.mkdir(parents=True, exist_ok=True)
+        if controller == "pids":
+            (folder / "pids.max").write_text(str(pids_max))
+        elif controller == "memory" and memory_mb:
+            (folder / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+        (folder / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def remove_empty_cgroups() -> int:
+    """Remove this machine's task cgroups whose processes are all gone (rmdir refuses the others); how many."""
+    removed = 0
+    for controller in CONTROLLERS:
+        parent = _parent(controller)
+        for folder in parent.glob("*") if parent.is_dir() else []:
+            try:
+                folder.rmdir()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+# --- scratch ---------------------------------------------------------------------------------------------------------
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {fstype or 'bind'} {target}")
+
+
+def private_scratch(binds: list[str], overlay: str | None, size_mb: int = SCRATCH_MB) -> None:
+    """A private mount namespace: /dev/shm a fresh tmpfs of ``size_mb``, every folder of ``binds`` (HOME, TMPDIR) a
+    folder of it, ``overlay`` (the notebook's folder) an overlay whose writes land there too. (``/tmp`` itself stays:
+    the task's folders live beneath it, and Landlock lets student code write nowhere else in it.)"""
+    uid, gid = os.getuid(), os.getgid()
+    if os.geteuid() == 0:
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    else:  # an ordinary user: a user namespace (root in it, our own uid outside) gives the mount namespace
+        _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing mounted here is seen outside
+    _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_mb}m,mode=1777")
+    for i, target in enumerate(binds):
+        source = f"/dev/shm/.scratch-{i}"
+        os.makedirs(source, exist_ok=True)
+        if os.path.isdir(target):
+            _mount(source, target, None, _MS_BIND)
+    if overlay and os.path.isdir(overlay):
+        upper, work = "/dev/shm/.overlay-upper", "/dev/shm/.overlay-work"
+        os.makedirs(upper, exist_ok=True)
+        os.makedirs(work, exist_ok=True)
+        _mount("overlay", overlay, "overlay", 0, f"lowerdir={overlay},upperdir={upper},workdir={work}")
+
+
+# --- network ---------------------------------------------------------------------------------------------------------
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+_SCMP_ACT_ALLOW = 0x7FFF0000
+_SCMP_CMP_EQ, _SCMP_CMP_GT, _SCMP_CMP_MASKED_EQ = 4, 6, 7
+_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_MAX = 1, 2, 10, 16, 64
+_NETLINK_ROUTE = 0  # read-only without CAP_NET_ADMIN; ZeroMQ lists the interfaces through it to bind its ports
+_SOCK_STREAM, _SOCK_TYPE_MASK = 1, 0xF
+_OTHER_TYPES = (2, 3, 4, 5, 10)  # dgram, raw, rdm, seqpacket, packet
+
+
+def _seccomp():
+    name = ctypes.util.find_library("seccomp")
+    if not name:
+        raise IsolationError(errno.ENOENT, "libseccomp is not installed (Debian: libseccomp2)")
+    lib = ctypes.CDLL(name, use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def no_network() -> None:
+    """Refuse (EACCES) every socket but AF_UNIX, TCP over IPv4/IPv6 and a route-netlink socket (reading the
+    interfaces; changing them needs a capability student code does not have), and io_uring (EPERM)."""
+    lib = _seccomp()
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        raise IsolationError(errno.ENOMEM, "seccomp_init failed")
+    refuse, refuse_io_uring = 0x00050000 | errno.EACCES, 0x00050000 | errno.EPERM
+
+    def rule(action: int, syscall: str, *cmps: tuple) -> None:
+        number = lib.seccomp_syscall_resolve_name(syscall.encode())
+        array = (_ArgCmp * max(1, len(cmps)))(*[_ArgCmp(*c) for c in cmps])
+        _check(lib.seccomp_rule_add_array(ctx, action, number, len(cmps), array), f"seccomp rule for {syscall}")
+
+    try:
+        for family in range(_AF_MAX + 1):
+            if family not in (_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK):
+                rule(refuse, "socket", (0, _SCMP_CMP_EQ, family, 0))
+        rule(refuse, "socket", (0, _SCMP_CMP_GT, _AF_MAX, 0))
+        rule(refuse, "socket", (0, _SCMP_CMP_EQ, _AF_NETLINK, 0), (2, _SCMP_CMP_GT, _NETLINK_ROUTE, 0))
+        for family in (_AF_INET, _AF_INET6):
+            for kind in _OTHER_TYPES:
+                rule(refuse, "socket", (0, _SCMP_CMP_EQ, family, 0), (1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, kind))
+        for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
+            rule(refuse_io_uring, call)
+        _check(lib.seccomp_load(ctx), "seccomp_load")
+    finally:
+        lib.seccomp_release(ctx)
+
+
+# --- all of it ---------------------------------------------------------------------------------------------------------
+
+
+def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str], overlay: str | None,
+          scratch_mb: int = SCRATCH_MB, pids_max: int = PIDS_MAX) -> None:
+    """Apply ``layers`` (those :func:`probe` found possible) to this process and everything it will start."""
+    if "cgroup" in layers:
+        join_cgroup(name, memory_mb, pids_max)
+    if "scratch" in layers:
+        private_scratch(binds, overlay, scratch_mb)
+    if "network" in layers:
+        no_network()
+
+
+def probe() -> dict[str, str]:
+    """layer -> "" when this machine allows it, else why not (each tried in a throwaway child)."""
+    found = {}
+    for layer in LAYERS:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            reason = ""
+            try:
+                enter([layer], f"probe-{os.getpid()}", 64, [], None, scratch_mb=1)
+            except BaseException as exc:
+                reason = str(exc) or type(exc).__name__
+            os.write(write, reason.encode()[:500])
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            reason = f.read().decode(errors="replace")
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # reaped already (the zygote ignores SIGCHLD)
+        found[layer] = reason
+    remove_empty_cgroups()
+    return found
+
+
+def missing(found: dict[str, str]) -> list[str]:
+    """One line per layer :func:`probe` found impossible: why, and what that leaves open."""
+    return [f"{layer} not applied ({why}): {LAYERS[layer]}" for layer, why in found.items() if why]

@@ -1,0 +1,207 @@
+"""Issue 17: the operating-system layers around student code (autograder/sandbox/isolation.py), each tried the way a
+hostile notebook would, in a child process that enters the layer first.
+
+Every bomb runs inside a second fence of the test's own: a pids and memory cgroup (or, without cgroups, the layer's
+test is skipped), so a regression fails the test, not the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autograder.sandbox import isolation
+
+AVAILABLE = isolation.probe()
+
+
+def needs(layer: str):
+    return pytest.mark.skipif(bool(AVAILABLE[layer]), reason=f"this machine does not allow the {layer} layer: "
+                              f"{AVAILABLE[layer]}")
+
+
+class Fence:
+    """An outer pids + memory cgroup for a test that starts a bomb (the layer under test nests inside it)."""
+
+    def __init__(self, pids: int = 300, memory_mb: int = 2048):
+        self.dirs = {c: isolation.CGROUP_ROOT / c / f"looplab-test-fence-{uuid.uuid4().hex[:8]}"
+                     for c in ("pids", "memory")}
+        for controller, folder in self.dirs.items():
+            folder.mkdir()
+        (self.dirs["pids"] / "pids.max").write_text(str(pids))
+        (self.dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+
+    def enter_command(self) -> str:
+        """Python that moves the process running it into the fence."""
+        return "".join(f"open({str(d / 'cgroup.procs')!r}, 'w').write(str(__import__('os').getpid()))\n"
+                       for d in self.dirs.values())
+
+    def remove(self) -> None:
+        for folder in self.dirs.values():
+            for child in sorted(folder.rglob("*"), reverse=True):
+                if child.is_dir():
+                    child.rmdir()
+            folder.rmdir()
+
+
+def run_confined(body: str, layers: list[str], tmp: Path, fence: Fence | None = None, timeout: float = 120,
+                 **kwargs) -> dict:
+    """Run ``body`` (which sets ``result``, a dict) in a fresh Python that first enters ``layers``; the result, or
+    ``{"returncode": N}`` when the process did not finish by itself."""
+    home, cwd = tmp / "home", tmp / "cwd"
+    home.mkdir(exist_ok=True)
+    cwd.mkdir(exist_ok=True)
+    (cwd / "handed-in.txt").write_text("the student's own file")
+    script = (fence.enter_command() if fence else "") + textwrap.dedent(f"""
+        import json, os, sys
+        from autograder.sandbox import isolation
+        isolation.enter({layers!r}, "test-{uuid.uuid4().hex[:8]}", {kwargs.get('memory_mb', 512)}, [{str(home)!r}],
+                        {str(cwd)!r}, scratch_mb={kwargs.get('scratch_mb', 16)}, pids_max={kwargs.get('pids_max', 64)})
+        os.chdir({str(cwd)!r})
+        result = {{}}
+    """) + textwrap.dedent(body) + "\nprint(json.dumps(result))\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
+                          cwd=str(tmp))
+    if proc.returncode < 0:
+        return {"returncode": proc.returncode}
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- scratch -------------------------------------------------------------------------------------------------------------
+
+
+@needs("scratch")
+def test_shm_home_and_the_notebook_folder_are_private(tmp_path):
+    marker = f"looplab-{uuid.uuid4().hex}"
+    folders = ("/dev/shm", str(tmp_path / "home"), ".")
+    result = run_confined(f"""
+        for folder in {folders!r}:
+            open(os.path.join(folder, {marker!r}), "w").write("an answer left for the next student")
+        result["own file"] = open("handed-in.txt").read()
+        result["sees its writes"] = all(os.path.exists(os.path.join(f, {marker!r})) for f in {folders!r})
+    """, ["scratch"], tmp_path)
+    assert result == {"own file": "the student's own file", "sees its writes": True}
+    left = [str(p) for folder in (Path("/dev/shm"), tmp_path) for p in folder.rglob(marker)]
+    assert not left, f"a task's writes outlived it: {left}"
+
+
+@needs("scratch")
+def test_a_disk_filler_fills_only_its_own_scratch(tmp_path):
+    result = run_confined("""
+        written, error = 0, ""
+        try:
+            with open("big.bin", "wb") as f:
+                for _ in range(64):
+                    f.write(b"x" * (1 << 20))
+                    f.flush()
+                    written += 1
+        except OSError as exc:
+            error = exc.strerror
+        result = {"written_mb": written, "error": error}
+    """, ["scratch"], tmp_path, scratch_mb=8)
+    assert result["written_mb"] <= 8 and "No space left" in result["error"]
+    assert not (tmp_path / "cwd" / "big.bin").exists()
+
+
+# --- network -------------------------------------------------------------------------------------------------------------
+
+
+@needs("network")
+def test_no_udp_raw_packet_or_netlink_socket_and_nothing_reaches_a_listener(tmp_path):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.settimeout(1.0)
+    port = listener.getsockname()[1]
+    result = run_confined(f"""
+        import socket
+        tries = {{"udp": (socket.AF_INET, socket.SOCK_DGRAM), "udp6": (socket.AF_INET6, socket.SOCK_DGRAM),
+                 "raw": (socket.AF_INET, socket.SOCK_RAW), "raw6": (socket.AF_INET6, socket.SOCK_RAW),
+                 "packet": (socket.AF_PACKET, socket.SOCK_RAW), "appletalk": (5, socket.SOCK_DGRAM),
+                 "sctp-like": (socket.AF_INET, socket.SOCK_SEQPACKET)}}
+        for name, (family, kind) in tries.items():
+            try:
+                s = socket.socket(family, kind)
+                if name == "udp":
+                    s.sendto(b"the grading path", ("127.0.0.1", {port}))
+                result[name] = "opened"
+            except OSError as exc:
+                result[name] = exc.strerror
+        try:
+            socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)  # NETLINK_AUDIT
+            result["netlink-audit"] = "opened"
+        except OSError as exc:
+            result["netlink-audit"] = exc.strerror
+        for name, family, kind in (("tcp", socket.AF_INET, socket.SOCK_STREAM), ("unix", socket.AF_UNIX, socket.SOCK_STREAM)):
+            socket.socket(family, kind).close()
+            result[name] = "opened"
+        try:
+            import mmap, ctypes
+            result["io_uring"] = ctypes.CDLL(None, use_errno=True).syscall(425, 8, ctypes.create_string_buffer(120))
+            result["io_uring_errno"] = ctypes.get_errno()
+        except Exception as exc:
+            result["io_uring"] = repr(exc)
+    """, ["network"], tmp_path)
+    refused = {k: v for k, v in result.items() if k not in ("tcp", "unix", "io_uring", "io_uring_errno")}
+    assert all(v == "Permission denied" for v in refused.values()), result
+    assert result["tcp"] == result["unix"] == "opened"  # the kernel's own channels (TCP is Landlock's)
+    assert result["io_uring"] == -1 and result["io_uring_errno"] == 1
+    with pytest.raises(socket.timeout):
+        listener.recvfrom(100)
+
+
+# --- cgroup ------------------------------------------------------------------------------------------------------------------
+
+
+@needs("cgroup")
+def test_a_fork_bomb_stays_inside_its_task(tmp_path):
+    fence = Fence(pids=300)
+    try:
+        result = run_confined("""
+            import time
+            children, refused = [], ""
+            try:
+                for _ in range(1000):
+                    pid = os.fork()
+                    if pid == 0:
+                        time.sleep(30)
+                        os._exit(0)
+                    children.append(pid)
+            except OSError as exc:
+                refused = exc.strerror
+            for pid in children:
+                os.kill(pid, 9)
+            result = {"forked": len(children), "refused": refused}
+        """, ["cgroup"], tmp_path, fence=fence, pids_max=40)
+    finally:
+        fence.remove()
+    assert result["forked"] < 40 and "unavailable" in result["refused"], result
+
+
+@needs("cgroup")
+def test_a_memory_hog_is_stopped_inside_its_task(tmp_path):
+    fence = Fence(memory_mb=1024)
+    try:
+        result = run_confined("""
+            hog = []
+            for _ in range(600):
+                hog.append(bytearray(1 << 20))
+            result = {"allocated_mb": len(hog)}
+        """, ["cgroup"], tmp_path, fence=fence, memory_mb=128)
+    finally:
+        fence.remove()
+    assert result == {"returncode": -9}  # the OOM killer took the hog, inside its task, before it held 600 MB
+
+
+def test_probe_names_what_each_missing_layer_exposes():
+    assert set(AVAILABLE) == set(isolation.LAYERS)
+    assert all(isinstance(reason, str) for reason in AVAILABLE.values())
+    assert all(isolation.LAYERS[layer] for layer in isolation.LAYERS)

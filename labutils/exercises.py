@@ -267,7 +267,7 @@ EXERCISES: tuple[Exercise, ...] = (
                   ("mid_epoch", "epoch_order")),
          Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",)),
          Property("loop", 1, "train_resumable trains the given epochs, calls on_step after every step, returns the "
-                             "final step", ("on_step", "epochs", "return_value", "device")))),
+                             "final step", ("on_step", "on_step_loss", "epochs", "return_value", "device")))),
     Exercise("param_groups", "08_stretch", (Function(
         "param_groups", ("model", "weight_decay"), "list[dict]",
         "AdamW parameter groups: `weight_decay` on weights of conv/linear layers, 0.0 on biases and normalisation "

@@ -100,26 +100,28 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
     if not run.complete:
         return [_exception_failure("train_resumable", fn, run.error, " " + given[:-2])] if run.error else []
     total = epochs * math.ceil(R_IMAGES / BATCH)
+    found = []  # each argument judged on its own: one hard-coded number does not hide another
     if log.steps != list(range(1, total + 1)):
         as_if = len(log.steps) // math.ceil(R_IMAGES / BATCH)
-        return [Failure("epochs", f"{given}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
-                        f"{as_if}, not the epochs={epochs} it was given ({total} steps): loop over range(epochs).")]
+        found.append(Failure("epochs", f"{given}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
+                             f"{as_if}, not the epochs={epochs} it was given ({total} steps): loop over range(epochs)."))
     saved = saved_steps(ckpt_dir)
     if log.missing or any(s % save_every for s in saved):
         odd = [s for s in saved if s % save_every] or saved
         every = odd[0] if odd else None
         as_if = f"as if save_every={every}, " if every else ""
-        return [Failure("save_every", f"{given}train_resumable saved {', '.join(f'step-{s:06d}.pt' for s in saved[:3])}"
-                        f"{' ...' if len(saved) > 3 else ''}: {as_if}not the save_every={save_every} it was given. "
-                        "Save when step % save_every == 0.", every)]
+        found.append(Failure("save_every", f"{given}train_resumable saved "
+                             f"{', '.join(f'step-{s:06d}.pt' for s in saved[:3])}{' ...' if len(saved) > 3 else ''}: "
+                             f"{as_if}not the save_every={save_every} it was given. Save when step % save_every == 0.",
+                             every))
     other = next((d for d in run.moves if d != torch.device(device)), None)
     if other is not None:
-        return [Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device={device!r} it "
-                        "was given: move each batch with .to(device).")]
-    if not _is_step(run.result, total):
-        return [Failure("return_value", f"{given}train_resumable returned {_show(run.result)}; the contract returns "
-                        f"the final global step ({total} here).")]
-    return []
+        found.append(Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device={device!r} "
+                             "it was given: move each batch with .to(device)."))
+    if not found and not _is_step(run.result, total):
+        found.append(Failure("return_value", f"{given}train_resumable returned {_show(run.result)}; the contract "
+                             f"returns the final global step ({total} here)."))
+    return found
 
 
 def _rs_on_step(c: ResumeCtx):
@@ -132,9 +134,6 @@ def _rs_on_step(c: ResumeCtx):
         seen = c.full_log.steps[:8]
         return [Failure("on_step", f"on_step was called with {seen}{' ...' if len(c.full_log.steps) > 8 else ''}; the "
                         f"contract calls on_step(step) after every optimizer step, with step = 1, 2, ..., {c.total}.")]
-    loss_problem = _loss_problem(c.full_log)
-    if loss_problem:
-        return [Failure("on_step", loss_problem)]
     if not c.crash.crashed and c.crash.error is None:
         return [Failure("on_step", f"train_resumable kept going after on_step raised at step {R_CRASH_AT}: let "
                         "exceptions from on_step propagate (a crash must stop the run).")]
@@ -158,6 +157,13 @@ def _loss_problem(log: _OnStep) -> str | None:
 def _is_step(value, step: int) -> bool:
     """Is ``value`` the global step ``step`` (a Python int; any other returned value is compared safely)?"""
     return isinstance(value, int) and not isinstance(value, bool) and value == step
+
+
+def _rs_on_step_loss(c: ResumeCtx):
+    if not c.full_log.steps:
+        return NotJudged("on_step was never called")
+    problem = _loss_problem(c.full_log)
+    return [Failure("on_step_loss", problem)] if problem else []
 
 
 def _rs_return_value(c: ResumeCtx):
@@ -274,6 +280,7 @@ def _rs_epoch_order(c: ResumeCtx):
 
 RESUME_STAGES = (
     ("on_step", _rs_on_step, ()),
+    ("on_step_loss", _rs_on_step_loss, ()),
     ("return_value", _rs_return_value, ()),
     ("save_every", _rs_save_every, ("on_step",)),
     ("resume_step", _rs_resume_step, ("on_step",)),
@@ -328,8 +335,7 @@ def check_resume(train_fn) -> CheckReport:
             varied = _varied(train_fn, images, labels, Path(tmp))
         report.failures += varied
         for check in ("epochs", "device"):
-            report.judge(check, [] if not varied else [f for f in varied if f.check == check] or NotJudged(
-                f"checked with other argument values once {varied[0].check} is right there"))
+            report.judge(check, [f for f in varied if f.check == check])
     if not report.failures:
         for run, when in runs:
             if run.error is not None:

@@ -184,7 +184,7 @@ BUGGY = [
             "as if epochs=2, not the epochs=3 it was given"),
     Variant("resume_saves_every_step", "resume", b.resume_saves_every_step, "save_every",
             "when step % save_every == 0"),
-    Variant("resume_on_step_tensor_loss", "resume", b.resume_on_step_tensor_loss, "on_step",
+    Variant("resume_on_step_tensor_loss", "resume", b.resume_on_step_tensor_loss, "on_step_loss",
             "was handed a tensor: pass loss.item()"),
     Variant("resume_replays_epoch_order", "resume", b.resume_replays_epoch_order, "epoch_order",
             "so each epoch has its own order"),

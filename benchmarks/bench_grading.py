@@ -11,7 +11,13 @@ then prints:
   gradebook copies: everything in autograde but the kernel and the recheck), the HTML feedback, the task's set-up
   and score read-back;
 - the parent's own steps (the two generate_assignment runs, the gradebook, the reports) from the run's
-  ``timings.json``.
+  ``timings.json``;
+- re-runs on the same OUT: with nothing changed (every task reused from the journal), and with one late student
+  added (only that student's nine notebooks graded);
+- stock nbgrader on the same notebooks: ``nbgrader autograde`` (its own preprocessors, one notebook after another,
+  the hidden tests run in the student's kernel, the same cell timeout) on a copy of the course the run left in OUT,
+  for ``--stock-students`` complete submissions, side by side with ours: seconds per complete submission and the
+  ratio (``--no-stock`` skips it).
 
 The machine should be otherwise idle: the numbers are CPU-bound and two cores are easily shared with something else.
 ``--json PATH`` also writes every number.
@@ -53,13 +59,30 @@ def make_class(folder: Path, n: int) -> None:
             shutil.copyfile(nb, student / nb.name)
 
 
-def grade(submissions: Path, out: Path, jobs: int) -> float:
+def grade(submissions: Path, out: Path, jobs: int) -> tuple[float, str]:
+    """(wall seconds, the run's log)."""
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out),
                            "-j", str(jobs)], cwd=REPO, capture_output=True, text=True)
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"grading failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return seconds, proc.stderr
+
+
+def stock_nbgrader(out: Path, copy: Path, students: int) -> list[float]:
+    """Seconds of ``nbgrader autograde`` per complete submission, on a copy of the course ``out`` (its gradebook,
+    source and submitted notebooks; the hidden tests run in the kernel, as plain nbgrader runs them)."""
+    shutil.copytree(out, copy)
+    seconds = []
+    for i in range(students):
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", "loop_lab", "--student",
+                               f"student{i:02d}", "--force"], cwd=copy, capture_output=True, text=True,
+                              env=dict(os.environ, LAB_MODE="grade"))
+        seconds.append(time.monotonic() - started)
+        if proc.returncode != 0:
+            sys.exit(f"nbgrader autograde failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return seconds
 
 
@@ -94,6 +117,12 @@ def report(s: dict) -> None:
               + f"    {row['cells_skipped']}")
     if s["parent"]:
         print("  the parent: " + ", ".join(f"{k} {v:.2f} s" for k, v in s["parent"].items()))
+    print(f"  re-run on the same OUT, nothing changed: {s['rerun_s']:.1f} s; with one late student: "
+          f"{s['late_student_s']:.1f} s")
+    if s.get("stock_submission_s"):
+        print(f"  stock nbgrader autograde: {s['stock_submission_s']:.1f} s per complete submission (median of "
+              f"{len(s['stock_s'])}); ours {s['wall_per_student_s']:.1f} s wall per student: "
+              f"{s['stock_submission_s'] / s['wall_per_student_s']:.1f}x")
 
 
 def main() -> None:
@@ -101,13 +130,25 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=8, help="class size (default: 8, the issue's minimum)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="grading processes (default: 2)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--stock-students", type=int, default=1, help="complete submissions graded by stock "
+                        "nbgrader (default: 1; it takes about a minute each)")
+    parser.add_argument("--no-stock", action="store_true", help="skip stock nbgrader")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f} before starting", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
         make_class(tmp / "class", args.students)
-        wall = grade(tmp / "class", tmp / "out", args.jobs)
+        wall, _ = grade(tmp / "class", tmp / "out", args.jobs)
         summary = summarize(tmp / "out", wall, args.students, args.jobs)
+        if not args.no_stock:
+            summary["stock_s"] = [round(x, 1) for x in stock_nbgrader(tmp / "out", tmp / "stock",
+                                                                       min(args.stock_students, args.students))]
+            summary["stock_submission_s"] = round(statistics.median(summary["stock_s"]), 1)
+        summary["rerun_s"] = round(grade(tmp / "class", tmp / "out", args.jobs)[0], 1)
+        late = tmp / "late"
+        make_class(late, 1)
+        (late / "student00").rename(tmp / "class" / "late-student")
+        summary["late_student_s"] = round(grade(tmp / "class", tmp / "out", args.jobs)[0], 1)
     report(summary)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     if args.json:

@@ -282,6 +282,77 @@ EXERCISES: tuple[Exercise, ...] = (
                   ("return_value", "no_decay")))),
 )
 
+# What each property is judged on (evidence a do-nothing or constant answer cannot produce), and the other properties
+# of the same exercise whose mistake leaves it "not judged" (0 points, with "fix ... first"). Every other property is
+# judged whatever else is wrong. tests/test_stubs.py holds the evidence to do-nothing answers; tests/test_checks.py
+# holds the dependencies to the mutant corpus (a property a single mistake leaves unjudged must name it here).
+EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
+    ("normalize", "shape_dtype"): ("the tensor returned for N images of several sizes: its shape and dtype", ()),
+    ("normalize", "values"): ("every returned value against the formula on the same images, and the input unchanged; "
+                              "a constant result is refused", ("shape_dtype",)),
+    ("baseline", "train_mode"): ("the mode of the model at every training forward (autograd on)", ("steps",)),
+    ("baseline", "steps"): ("the traced order of zero_grad, forward, backward and step on every batch", ()),
+    ("baseline", "gradient"): ("the gradient each step used, against the batch's mean cross-entropy gradient "
+                               "computed from the same weights", ("steps",)),
+    ("baseline", "mean_loss"): ("the returned number against the per-sample mean of the traced losses",
+                                ("steps",)),
+    ("evaluate", "eval_mode"): ("the mode of the model at every forward (at least one)", ()),
+    ("evaluate", "no_grad"): ("autograd's state at every forward (at least one)", ()),
+    ("evaluate", "loss"): ("the returned loss against the cross-entropy of the model's own logits over every batch",
+                           ()),
+    ("evaluate", "accuracy"): ("the returned accuracy against the argmax of the model's own logits", ()),
+    ("evaluate", "restore_mode"): ("the model's mode after the call, once an eval-mode forward was seen",
+                                   ("eval_mode",)),
+    ("scheduler", "loop"): ("lab 1's evidence, traced on this loop", ()),
+    ("scheduler", "scheduler_order"): ("the traced position of every scheduler.step() against optimizer.step()", ()),
+    ("scheduler", "scheduler_every_step"): ("the learning rate of every step against the schedule's, at two "
+                                            "schedule lengths", ()),
+    ("clipping", "loop"): ("lab 2's evidence, traced on this loop", ()),
+    ("clipping", "clip"): ("the gradient each step used, against the clipped gradient at two max_norm values", ()),
+    ("clipping", "norms"): ("the returned list against the pre-clip norm of every step whose gradient matched", ()),
+    ("accumulation", "loss_divided"): ("the gradient of each optimizer step against the window's averaged gradient",
+                                       ()),
+    ("accumulation", "window"): ("the micro-batches between optimizer steps, at two accum_steps values", ()),
+    ("accumulation", "trailing"): ("an optimizer step for the last, partial window", ()),
+    ("accumulation", "scheduler"): ("scheduler steps counted against optimizer steps", ()),
+    ("accumulation", "returns"): ("the returned loss and norms against the traced unscaled losses and pre-clip norms",
+                                  ("loss_divided",)),
+    ("accumulation", "loop"): ("lab 3's evidence, traced on this loop", ("loss_divided",)),
+    ("amp", "autocast"): ("the autocast state and dtype at every training forward, at two amp_dtype values", ()),
+    ("amp", "scaler"): ("scale, scaler.step and scaler.update traced on every step", ()),
+    ("amp", "unscale"): ("unscale_ traced before the clipping of every step", ("scaler",)),
+    ("amp", "scaler_none"): ("a run of its own with scaler=None: a plain backward and step", ()),
+    ("amp", "loop"): ("lab 3's evidence, traced on this loop", ("scaler",)),
+    ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it", ()),
+    ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present", ()),
+    ("checkpoint", "restore"): ("training on after a load against the run that never stopped", ("complete",)),
+    ("checkpoint", "return_step"): ("the returned value against the step saved, at two step values",
+                                    ("complete",)),
+    ("checkpoint", "scaler_none"): ("a save and load of their own with scaler=None", ("complete",)),
+    ("resume", "saves"): ("the step-NNNNNN.pt files on disk when on_step was called, at two save_every values",
+                          ("loop",)),
+    ("resume", "resumes"): ("the first step after a crash against the newest checkpoint on disk", ("loop",)),
+    ("resume", "mid_epoch"): ("the batches of every epoch, and the first batch after resuming, against the "
+                              "loader's order", ("resumes", "exact")),
+    ("resume", "exact"): ("the final weights and optimizer state against the run that never stopped",
+                          ("resumes",)),
+    ("resume", "loop"): ("on_step's calls and losses, the steps taken at two epochs values, the device, the "
+                         "returned step", ()),
+    ("param_groups", "coverage"): ("the groups returned: at least two, every trainable parameter exactly once", ()),
+    ("param_groups", "decay"): ("the weight decay of the groups holding conv and linear weights, at two values", ()),
+    ("param_groups", "no_decay"): ("0.0 on the groups holding biases and norm parameters, while weights decay", ()),
+}
+
+
+def evidence(exercise_id: str, property_id: str) -> str:
+    return EVIDENCE[(exercise_id, property_id)][0]
+
+
+def needs(exercise_id: str, property_id: str) -> tuple[str, ...]:
+    """The properties whose mistake leaves this one unjudged."""
+    return EVIDENCE[(exercise_id, property_id)][1]
+
+
 # measured with benchmarks/bench_grading.py once grading stopped at the last test cell (medians of 8 students)
 NOTEBOOKS: tuple[Notebook, ...] = (
     Notebook("00_data_tour", 1.2), Notebook("01_baseline", 1.0), Notebook("02_scheduler", 0.75),
@@ -363,10 +434,15 @@ def markdown() -> str:
     lines += [f"| {e.notebook} | `{e.functions[0].name}` | `{a.name}`{f' ({a.about})' if a.about else ''} | "
               f"{', '.join(_value(v) for v in a.values)} |" for e in EXERCISES for a in e.arguments]
     lines += ["", "### Graded tests", "",
-              "One graded test cell per property. A single mistake costs the points of the property it breaks, not "
-              "those of the properties downstream of it (the rule is in `labutils/checks/properties.py`).", "",
-              "| notebook | graded test | checks that | points |", "|---|---|---|---|"]
-    lines += [f"| {e.notebook} | `{e.grade_id(p.id)}` | {p.title} | {_points(p.points)} |"
+              "One graded test cell per property. A property earns its points only on evidence from the student's "
+              "own run (the \"judged on\" column): evidence a do-nothing or constant answer could also produce "
+              "earns nothing. A single mistake costs the points of the property it breaks; a property that needs "
+              "another to be right before it can be observed (\"needs\") is \"not judged\", 0 points, with a "
+              "message that says which to fix first. Every other property is judged whatever else is wrong (the "
+              "rule is in `labutils/checks/properties.py`).", "",
+              "| notebook | graded test | checks that | judged on | needs | points |", "|---|---|---|---|---|---|"]
+    lines += [f"| {e.notebook} | `{e.grade_id(p.id)}` | {p.title} | {evidence(e.id, p.id)} | "
+              f"{', '.join(f'`{e.grade_id(n)}`' for n in needs(e.id, p.id)) or '-'} | {_points(p.points)} |"
               for e in EXERCISES for p in e.properties]
     return "\n".join([_BEGIN, *lines, _END])
 

@@ -341,9 +341,13 @@ def test_buggy_variant_fails_its_property_and_costs_others_only_what_is_unjudgea
     assert expected <= failing
     prop = sorted(expected)[0]
     assert variant.expected_message in verdicts[prop][1]
+    from labutils import exercises
+
     for other in sorted(failing - expected - DOUBLE_MISTAKES.get(variant.name, set())):
         message = verdicts[other][1]
         assert "not judged" in message and message.startswith("✗"), f"{other}: {message}"
+        assert expected & set(exercises.needs(variant.exercise, other)), \
+            f"{other} is left unjudged by a mistake in {expected}: the registry (exercises.EVIDENCE) must say it needs it"
 
 
 def test_most_single_mistakes_cost_only_their_own_property():

@@ -242,3 +242,11 @@ def test_a_replaced_check_is_left_to_the_grader(monkeypatch, capsys):
     checks.assert_property("normalize", "values", mutants.CORRECT[0].function)
     assert "judged by the grader" in capsys.readouterr().out
     properties.forget("normalize")
+
+
+def test_every_property_says_what_it_is_judged_on_and_what_it_needs():
+    properties = {(e.id, p.id) for e in exercises.EXERCISES for p in e.properties}
+    assert set(exercises.EVIDENCE) == properties
+    for (exercise, prop), (evidence, needs) in exercises.EVIDENCE.items():
+        assert evidence and prop not in needs
+        assert set(needs) <= {p for e, p in properties if e == exercise}, (exercise, prop, needs)

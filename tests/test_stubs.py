@@ -84,3 +84,21 @@ def test_an_odd_return_value_gets_a_verdict_naming_it(exercise, functions, shown
     failed = {p: message for p, (passed, message) in verdicts.items() if not passed}
     assert failed, f"{exercise} returning {shown} passed every property"
     assert any(shown in message for message in failed.values()), failed
+
+
+# --- the class summary: a test left unjudged is counted under what to fix first ---------------------------------------
+
+
+def test_the_class_summary_counts_not_judged_under_its_root_cause():
+    """A student whose steps are wrong also loses gradient and mean_loss as "not judged": the summary's concept
+    row is the steps' (the mistake to teach again), not three concepts."""
+    from autograder.results import report
+
+    variant = next(v for v in mutants.BUGGY if v.name == "forward_under_no_grad")
+    exercise = exercises.get(variant.exercise)
+    verdicts = properties.verdicts(variant.exercise, mutants.run_check(variant))
+    tests = [{"notebook": exercise.notebook, "name": exercise.grade_id(p), "kind": "auto", "passed": passed,
+              "message": message} for p, (passed, message) in verdicts.items()]
+    record = {"student": "ann", "tests": tests, "notebooks": {exercise.notebook: {"status": "graded"}}}
+    missed = report._missed_by_root_cause([record])
+    assert missed == {(exercise.notebook, exercise.grade_id("steps")): {"ann"}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from collections import Counter
 from datetime import datetime, timezone
@@ -204,11 +205,14 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         failed = [t for t in tests if t["passed"] is False]
         failures[(nb, name)] = len(failed) + absent
         message = _most_common(failed)
-        title = exercises.concept(nb, name)
-        if title and failed:
-            concepts.append((nb, title, len(failed), message))
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
                      f"{message.replace('|', '/')} |")
+    for (nb, name), students in sorted(_missed_by_root_cause(records).items()):
+        title = exercises.concept(nb, name)
+        if title:
+            own = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name
+                   and t["passed"] is False]
+            concepts.append((nb, title, len(students), _most_common(own)))
     lines += _concepts_missed(concepts)
     noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
                                           if v["status"] != "missing"]) for r in records]
@@ -222,6 +226,28 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
     _plot(out / "summary.png", totals, max_total, failures, n)
 
 
+_FIX_FIRST = re.compile(r"not judged.*?Fix (test_\w+)", re.S)
+
+
+def root_cause(test: dict) -> str:
+    """The graded test whose mistake cost ``test``'s points: its own name, or for a test that was not judged the
+    first test its message says to fix first (counted there in the class summary, not under its own concept)."""
+    found = _FIX_FIRST.search(test.get("message") or "")
+    return found.group(1) if found else test["name"]
+
+
+def _missed_by_root_cause(records: list[dict]) -> dict[tuple[str, str], set[str]]:
+    """(notebook, graded test) -> the students who lost points because of it (their own failure, or a test of
+    theirs it left unjudged)."""
+    missed: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        for t in r["tests"]:
+            handed_in = r["notebooks"][t["notebook"]]["status"] not in ("missing", "unreadable")
+            if handed_in and t["passed"] is False and t.get("kind") == "auto":
+                missed.setdefault((t["notebook"], root_cause(t)), set()).add(r["student"])
+    return missed
+
+
 def _most_common(failed: list[dict]) -> str:
     common = Counter(_first_line(t["message"]) for t in failed if t["message"]).most_common(1)
     return f"{common[0][0]} ({common[0][1]}x)" if common else ""
@@ -233,8 +259,8 @@ def _concepts_missed(concepts: list[tuple[str, str, int, str]]) -> list[str]:
     if not concepts:
         return []
     return ["", "## Concepts missed", "",
-            "Each graded test checks one concept the lab teaches; the students who handed the notebook in and lost its "
-            "points, most missed first.", "",
+            "Each graded test checks one concept the lab teaches; the students who handed the notebook in and lost "
+            "points because of it (its own failure, or a test it left \"not judged\"), most missed first.", "",
             "| notebook | concept | students | most common message |", "|---|---|---:|---|",
             *[f"| {nb} | {title} | {n} | {message.replace('|', '/')} |"
               for nb, title, n, message in sorted(concepts, key=lambda row: (-row[2], row[0], row[1]))]]

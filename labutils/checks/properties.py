@@ -114,6 +114,9 @@ def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> str:
         " right first").split(", ") if c in report.skipped]
     first = list(dict.fromkeys(exercise.grade_id(p.id) for r in roots for p in exercise.owner(r)
                                if p.id != prop.id))
+    if not first:  # nothing in the report names it: the registry's declared dependencies that failed
+        first = [exercise.grade_id(n) for n in exercises.needs(exercise.id, prop.id)
+                 if not judge(exercise.id, n, report)[0]]
     fix = f" Fix {', '.join(first)} first; then this is checked too." if first else ""
     return (f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: " + "; ".join(reasons) + "." + fix)
 

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
         return 0
-    from .grade import GradeOptions, GradingSetupError, grade
+    from .grade import GradeOptions, grade
+    from .run.pool import GradingSetupError
     from .course.submissions import SubmissionsError
     from .results.journal import OutLocked
 

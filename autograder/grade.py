@@ -36,7 +36,7 @@ from .course.nbgrader_setup import database_url, prepare_tools, sqlite_url
 from .layout import REPO_ROOT
 from .run.progress import Progress, fmt as _fmt
 from .run import scratch
-from .run.pool import GradingSetupError, LocalExecutor  # noqa: F401 (GradingSetupError: the CLI catches it from here)
+from .run.pool import LocalExecutor
 from .results import journal
 
 if TYPE_CHECKING:

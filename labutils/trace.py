@@ -16,7 +16,8 @@ the moment of ``optimizer.step()``. Reading the source would reject correct loop
 - each backward keeps what it added to ``.grad`` (the gradient before and after it), so a check can judge the gradient
   of every micro-batch on its own, whatever was left in ``.grad`` before;
 - ``devices=True`` records the devices the loop's own code moves tensors to (``Tensor.to``, seen from outside torch
-  and labutils), so a loop that ignores its ``device`` argument shows even on a machine with only a CPU;
+  and labutils; ``Tensor.cpu`` / ``Tensor.cuda`` on the batches of a loader passed through :func:`mark_batches`), so a
+  loop that ignores its ``device`` argument shows even on a machine with only a CPU;
 - the hooks only read and copy, and everything is put back on exit: parameters come out bit-identical.
 """
 
@@ -112,6 +113,34 @@ def format_events(events: list[Event], start: int = 0, stop: int | None = None) 
     """Numbered one-line descriptions (numbers are positions in the whole trace, from 1)."""
     stop = len(events) if stop is None else stop
     return [f"{n + 1:3d}. {events[n].describe()}" for n in range(start, stop)]
+
+
+_OWN = tuple(str(Path(m).parent) + os.sep for m in (torch.__file__, __file__))  # torch/, labutils/
+
+
+def _called_by_the_loop() -> bool:
+    """Whether the caller of the wrapper that calls this is the loop's own code (not torch's, not the lab's)."""
+    return not sys._getframe(2).f_code.co_filename.startswith(_OWN)
+
+
+BATCH_MARK = "_looplab_batch"  # set on every tensor a loader passed through mark_batches yields
+
+
+def mark_batches(loader):
+    """Mark every tensor ``loader`` yields, so a Tracer with ``devices=True`` sees the loop moving a batch with
+    ``.cpu()`` / ``.cuda()`` (its device argument ignored) and tells it from the ``.cpu()`` of an output it collects.
+    Returns ``loader`` (a DataLoader: its ``collate_fn`` is wrapped)."""
+    collate = loader.collate_fn
+
+    def collate_marked(items):
+        batch = collate(items)
+        for tensor in batch if isinstance(batch, (tuple, list)) else (batch,):
+            if isinstance(tensor, torch.Tensor):
+                setattr(tensor, BATCH_MARK, True)
+        return batch
+
+    loader.collate_fn = collate_marked
+    return loader
 
 
 class Tracer:
@@ -256,11 +285,8 @@ class Tracer:
     # --- module functions: clipping, files, devices -------------------------------------------------------------------
 
     def _to(self, original):
-        own = tuple(str(Path(m).parent) + os.sep for m in (torch.__file__, __file__))  # torch/, labutils/
-
         def to(tensor, *args, **kwargs):
-            caller = sys._getframe(1).f_code.co_filename
-            if not caller.startswith(own):  # torch's and the lab's own .to() calls are not the loop's choice
+            if _called_by_the_loop():  # torch's and the lab's own .to() calls are not the loop's choice
                 try:
                     device = torch._C._nn._parse_to(*args, **kwargs)[0]
                 except (TypeError, RuntimeError):
@@ -270,6 +296,19 @@ class Tracer:
             return original(tensor, *args, **kwargs)
 
         return to
+
+    def _batch_move(self, original, kind: str):
+        """``Tensor.cpu`` / ``Tensor.cuda``: a move the loop chose only when it is a loader's batch (``x.cpu()`` ignores
+        the device it was given); ``logits.argmax(1).cpu()`` to collect an output is not a move to a device."""
+
+        def move(tensor, *args, **kwargs):
+            if getattr(tensor, BATCH_MARK, False) and _called_by_the_loop():
+                index = args[0] if args else kwargs.get("device")
+                self.moves.append(torch.device(kind) if index is None else
+                                  torch.device(kind, index) if isinstance(index, int) else torch.device(index))
+            return original(tensor, *args, **kwargs)
+
+        return move
 
     def _clip_with_norm(self, original):
         def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
@@ -391,6 +430,8 @@ class Tracer:
                            self._clip_with_norm(clip_grad_module._clip_grads_with_norm_))
         if self.devices:
             self._set_attr(torch.Tensor, "to", self._to(torch.Tensor.to))
+            self._set_attr(torch.Tensor, "cpu", self._batch_move(torch.Tensor.cpu, "cpu"))
+            self._set_attr(torch.Tensor, "cuda", self._batch_move(torch.Tensor.cuda, "cuda"))
         if self.files:
             self._set_attr(torch, "save", self._file_op(torch.save, "save", "torch.save"))
             self._set_attr(torch, "load", self._file_op(torch.load, "load", "torch.load"))

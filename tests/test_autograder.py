@@ -21,7 +21,6 @@ import pytest
 
 from autograder.hidden import verifier as hidden
 from autograder.sandbox import policy as sandbox
-from autograder.course.handout import build_handout
 from autograder.layout import REFERENCE_PACKAGE
 from autograder.course.submissions import SubmissionsError, check_notebook, discover
 from labutils import exercises

@@ -1,6 +1,5 @@
 """Checkpoints: atomic, complete, verified, rotated, and recoverable."""
 
-import os
 import random
 import subprocess
 import sys

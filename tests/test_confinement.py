@@ -8,7 +8,6 @@ test is skipped), so a regression fails the test, not the machine.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys

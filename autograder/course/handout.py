@@ -12,7 +12,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from ..layout import REFERENCE_PACKAGE, REPO_ROOT, reference_dir
+from ..layout import REPO_ROOT, reference_dir
 
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
 

@@ -25,7 +25,7 @@ from traitlets import Integer
 
 from autograder import channel
 from autograder.hidden import verifier as hidden
-from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, gradebook_notebook  # noqa: F401 (task's list)
+from autograder.course.cells import gradebook_notebook
 from autograder.channel import RecheckCell, RecheckOutcome, RecheckReply, RecheckRequest, RecheckSpec
 from autograder.sandbox.context import current as _context
 from autograder.sandbox.kernels import ZygoteKernelManager

@@ -23,6 +23,7 @@ from autograder.sandbox import context
 from . import execute
 from autograder.channel import CellScore, Result, RunConfig, Task
 from autograder.layout import ASSIGNMENT
+from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests
 from autograder.course.nbgrader_setup import nbgrader_config, run_converter, sqlite_url
 from autograder.sandbox.client import Zygote, ZygoteError, base_policy, kernel_env
 
@@ -131,7 +132,7 @@ def _autograde(course: Path, student: str, run: RunConfig) -> None:
 
     c = nbgrader_config(course, student=student)
     c.Autograde.sanitize_preprocessors = [
-        execute.NormalizeMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec, execute.RestoreCells,
+        NormalizeMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells,
         CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
@@ -153,7 +154,7 @@ def _feedback_or_note(course: Path, task: Task, ctx: context.TaskContext) -> str
     try:
         t0 = time.monotonic()
         c = nbgrader_config(course, student=task.student)
-        c.GenerateFeedback.preprocessors = [execute.ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+        c.GenerateFeedback.preprocessors = [ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
         run_converter(GenerateFeedback, c)
         ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
     except Exception as exc:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from .. import exercises
 from ..data import make_loader
-from ..trace import Event, Tracer
+from ..trace import Event, Tracer, mark_batches
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
@@ -39,7 +39,7 @@ def _eval_case():
     model = _tiny_model(dropout=0.5)  # dropout: forgetting model.eval() changes the numbers
     images = _images(N_EVAL, SEED + 1)
     labels = _crafted_labels(model, images, N_EVAL % BATCH)
-    loader = make_loader(images, labels, BATCH, shuffle=False)
+    loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))
     return model, copy.deepcopy(model), loader
 
 

@@ -15,7 +15,7 @@ from torch.optim.lr_scheduler import LinearLR
 from .. import exercises
 from ..checkpoint import compare_states
 from ..data import make_loader, set_position
-from ..trace import Tracer
+from ..trace import Tracer, mark_batches
 from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated, _reference_failure,
                       _show)
 from .report import CheckReport, Failure, NotJudged, _run_stages
@@ -76,7 +76,7 @@ def _resume_objects(images, labels):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     total_steps = R_EPOCHS * math.ceil(R_IMAGES / BATCH)
     scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
-    loader = make_loader(images, labels, BATCH, seed=SEED, shuffle=True)
+    loader = mark_batches(make_loader(images, labels, BATCH, seed=SEED, shuffle=True))
     return model, optimizer, scheduler, loader
 
 

@@ -13,7 +13,7 @@ from torch.optim.lr_scheduler import LinearLR
 
 from .. import exercises
 from ..data import make_loader
-from ..trace import Event, Tracer, global_norm
+from ..trace import Event, Tracer, global_norm, mark_batches
 from .calling import Run, _call
 from .report import _beside
 from .world import (AMP_DTYPE, BATCH, DEVICE, FORBIDDEN, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
@@ -57,7 +57,7 @@ def _train_case(exercise: str, with_scaler: bool = True, which: int = 0) -> Trai
     model = _tiny_model()
     images = _images(N_TRAIN, SEED)
     labels = _crafted_labels(model, images, N_TRAIN % BATCH)
-    loader = make_loader(images, labels, BATCH, shuffle=False)  # a real DataLoader: len(loader) works
+    loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))  # a real DataLoader: len(loader) works
     case = TrainCase(exercise, model, copy.deepcopy(model), loader, list(loader),
                      torch.optim.SGD(model.parameters(), lr=LR))
     if exercise != "baseline":

@@ -948,6 +948,36 @@ def evaluate_hardcoded_device(model, loader, device):
     return total_loss / seen, correct / seen
 
 
+def evaluate_cpu_call(model, loader, device):
+    """Moves each batch with .cpu(), whatever device it is given (passes on a CPU, fails on a GPU)."""
+    model.eval()
+    total_loss, correct, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.cpu(), y.cpu()
+            logits = model(x)
+            total_loss += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y).sum().item()
+            seen += len(y)
+    model.train()
+    return total_loss / seen, correct / seen
+
+
+def baseline_cpu_call(model, loader, optimizer, device):
+    """Moves each batch with .cpu() instead of .to(device)."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.cpu(), y.cpu()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
 def clipping_hardcoded_max_norm(model, loader, optimizer, scheduler, max_norm, device):
     """Clips at 2.0, the lab's own threshold, instead of max_norm."""
     model.train()

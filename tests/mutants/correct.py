@@ -118,6 +118,21 @@ def evaluate_canonical(model, loader, device):
     return total_loss / seen, correct / seen
 
 
+def evaluate_collects_on_cpu(model, loader, device):
+    """Collects every prediction with .cpu() (as one does on a GPU, to free its memory) and scores them at the end."""
+    model.eval()
+    losses, predictions, targets = [], [], []
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            losses.append(F.cross_entropy(logits, y.to(device), reduction="sum").cpu())
+            predictions.append(logits.argmax(dim=1).cpu())
+            targets.append(y)
+    model.train()
+    n = sum(len(t) for t in targets)
+    return float(torch.stack(losses).sum()) / n, float((torch.cat(predictions) == torch.cat(targets)).float().mean())
+
+
 @torch.inference_mode()
 def evaluate_inference_mode(model, loader, device):
     """inference_mode as a decorator, means weighted by batch size, the caller's mode restored."""

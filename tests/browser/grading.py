@@ -1,9 +1,9 @@
 """A tiny class, graded once per test session: what the feedback and formgrader tests open.
 
-Two students, each submitting lab 1 as a student would: the released notebook (notebooks/, no solution markers, no
+Three students, each submitting lab 1 as a student would: the released notebook (notebooks/, no solution markers, no
 hidden tests) with the exercise cells filled in from the mutant corpus the way tests/autograder_cases/build.py does,
 and the written question answered. ``alice`` is correct; ``bob`` calls ``zero_grad()`` between ``backward()`` and
-``step()``, the mistake the student journey types in the browser.
+``step()``, the mistake the student journey types in the browser; ``dan`` hands the release in as it is (the stubs).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ STUDENTS = {  # student -> (train_one_epoch, evaluate, written answer)
               "The step would see zeroed gradients and nothing would be learned; without zero_grad() the gradients "
               "of all batches add up and every step follows a stale running sum."),
     "bob": ("zero_grad_before_step", "evaluate_canonical", "Training would be slower, I think."),
+    "dan": (None, None, None),  # nothing written: the release's stubs
 }
 ANSWER_ID = "answer_zero_grad_order"  # the written answer's grade_id in 01_baseline
 GRADE_ARGS = ("-j", "2", "--timeout-cell", "60", "--timeout-notebook", "120")
@@ -62,6 +63,8 @@ class GradedClass:
 def submission(student: str) -> nbformat.NotebookNode:
     train, evaluate, answer = STUDENTS[student]
     nb = nbformat.read(REPO / "notebooks" / f"{NOTEBOOK}.ipynb", as_version=4)
+    if train is None:
+        return nb
     nb = build.with_function(nb, ("train_one_epoch",), mutants.source(VARIANTS[train]))
     nb = build.with_function(nb, ("evaluate",), mutants.source(VARIANTS[evaluate]))
     nb.cells[build.test_cell_index(nb, ANSWER_ID)].source = answer

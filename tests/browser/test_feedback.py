@@ -74,6 +74,22 @@ def test_feedback_for_a_correct_submission(graded_class, page):
 
 @pytest.mark.browser
 @pytest.mark.slow
+def test_feedback_for_the_stubs_ticks_nothing(graded_class, page):
+    """dan handed the release in as it is: every autograded test 0, each saying why, and no green tick anywhere."""
+    auto = [t for t in graded_class.tests("dan") if t["kind"] == "auto"]
+    assert auto and all(t["points"] == 0 and t["passed"] is False for t in auto), auto
+    page.goto(graded_class.feedback("dan").as_uri())
+    expect(page.locator("body")).to_contain_text(headline(graded_class, "dan"))
+    cell = page.locator(f'[id="cell-id={auto[0]["name"]}"]')
+    expect(cell).to_contain_text("NotImplementedError")
+    cell.scroll_into_view_if_needed()
+    labpage.screenshot(page, "feedback-4-stub")
+    shown = page.locator("body").inner_text()
+    assert "✓" not in shown and "Traceback" not in shown, "a tick or a traceback in the stub's feedback"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
 def test_feedback_messages_fit_the_page(graded_class, page):
     """Every output in bob's failing test is readable without scrolling sideways, wrapped between words."""
     page.goto(graded_class.feedback("bob").as_uri())

@@ -42,25 +42,31 @@ def open_lab_1(jupyter, handout, page):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_check_cell_verdicts_in_jupyterlab(handout, jupyter, page):
-    """Type a correct train_one_epoch, run down to the check: ✓. Then zero_grad() between backward() and step():
-    the verdict names that mistake, without a traceback."""
+    """Run the notebook as released, down to the check: ✗, nothing ticked. Type a correct train_one_epoch: ✓. Then
+    zero_grad() between backward() and step(): the verdict names that mistake, without a traceback."""
     server = open_lab_1(jupyter, handout, page)
     labpage.screenshot(page, "student-1-opened")
     exercise = labpage.cell_index(page, r'raise NotImplementedError\("Lab 1: train_one_epoch"\)')
     check = labpage.cell_index(page, r"print\(checks\.check_train_one_epoch\(")
 
+    labpage.run_cells(page, 0, check)  # the stub as released: nothing written yet
+    shown = labpage.wait_output(page, check, "✗ train_one_epoch")
+    labpage.screenshot(page, "student-2-stub-check")
+    assert "✓" not in shown and "Traceback" not in shown, f"the stub's check ticks something: {shown[:600]}"
+    assert "NotImplementedError" in shown
+
     labpage.set_source(page, exercise, mutants.source(CORRECT))
-    labpage.screenshot(page, "student-2-typed-correct")
-    labpage.run_cells(page, 0, check)
+    labpage.screenshot(page, "student-3-typed-correct")
+    labpage.run_cells(page, exercise, check)
     expected = str(checks.check_train_one_epoch(CORRECT.function, "baseline"))  # the same check, run here
     shown = labpage.wait_output(page, check, expected.splitlines()[0])
-    labpage.screenshot(page, "student-3-check-passed")
+    labpage.screenshot(page, "student-4-check-passed")
     assert shown.strip() == expected
 
     labpage.set_source(page, exercise, mutants.source(BUGGY))
     labpage.run_cells(page, exercise, check)
     shown = labpage.wait_output(page, check, BUGGY.expected_message)
-    labpage.screenshot(page, "student-4-check-names-the-bug")
+    labpage.screenshot(page, "student-5-check-names-the-bug")
     assert shown.startswith("✗ train_one_epoch") and "Traceback" not in shown
     assert "zero_grad" in shown.splitlines()[0]
     assert not labpage.stderr_outputs(page), "warnings in the student's outputs"
@@ -80,5 +86,5 @@ def test_nbgrader_validate_passes_for_a_correct_notebook(handout, jupyter, page)
     page.locator(".jp-NotebookPanel:visible .validate-button").click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=100_000)
-    labpage.screenshot(page, "student-5-validate")
+    labpage.screenshot(page, "student-6-validate")
     expect(dialog).to_contain_text("Success! Your notebook passes all the tests.", timeout=1000)

@@ -138,6 +138,7 @@ class Policy:
     file_size_mb: int | None = 1024
     scratch_mb: int = 1024  # the task's private tmpfs: /dev/shm, HOME, TMPDIR and the notebook folder's writes
     pids_max: int = 512  # processes and threads of the task (its cgroup)
+    own_paths: list[str] = field(default_factory=list)  # the task's own folders and files: handed to its uid
 
 
 @dataclass

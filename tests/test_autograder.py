@@ -333,7 +333,7 @@ def test_hidden_verify_in_a_notebook_namespace():
 
 
 def test_feedback_scrub_keeps_the_message_only():
-    from autograder.run.execute import ScrubHiddenTests
+    from autograder.course.cells import ScrubHiddenTests
 
     cell = nbformat.v4.new_code_cell(
         '"""Check x"""\ncheck()\n### BEGIN HIDDEN TESTS\nfrom autograder.hidden import verify\nverify("a", "b")\n'

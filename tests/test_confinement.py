@@ -8,9 +8,12 @@ test is skipped), so a regression fails the test, not the machine.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -155,6 +158,50 @@ def test_no_udp_raw_packet_or_netlink_socket_and_nothing_reaches_a_listener(tmp_
     assert result["io_uring"] == -1 and result["io_uring_errno"] == 1
     with pytest.raises(socket.timeout):
         listener.recvfrom(100)
+
+
+# --- user --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def reachable(tmp_path):
+    """A folder another uid may pass through (0711, as the grader's work folder is): pytest's own is root's alone."""
+    folder = Path(tempfile.mkdtemp(prefix="looplab-test-user-"))
+    os.chmod(folder, 0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs("user")
+def test_student_code_runs_as_a_user_that_owns_nothing_but_its_folder(reachable):
+    instructor = reachable / "instructor.txt"  # root's, readable by all, as most of a machine's files are
+    instructor.write_text("the hidden tests")
+    result = run_confined(f"""
+        result["ids"] = [list(os.getresuid()), list(os.getresgid()), os.getgroups()]
+        result["capabilities"] = next(l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff"))
+        result["own file"] = open("handed-in.txt").read()
+        open("handed-in.txt", "a").write(" and more")
+        open("written.txt", "w").write("its own folder is writable")
+        tries = {{"setuid(0)": lambda: os.setuid(0), "write root's file": lambda: open({str(instructor)!r}, "a"),
+                 "chmod root's file": lambda: os.chmod({str(instructor)!r}, 0o666),
+                 "write /etc": lambda: open("/etc/looplab-escaped", "w"), "kill pid 1": lambda: os.kill(1, 0)}}
+        for name, attempt in tries.items():
+            try:
+                attempt()
+                result[name] = "done"
+            except OSError as exc:
+                result[name] = exc.strerror
+    """, ["user"], reachable)
+    uid, gid = isolation.student_ids()
+    assert result["ids"] == [[uid] * 3, [gid] * 3, []] and uid != 0
+    assert result["capabilities"] == "0000000000000000"
+    assert result["own file"] == "the student's own file"
+    assert (reachable / "cwd" / "written.txt").exists()
+    assert {k: v for k, v in result.items() if k not in ("ids", "capabilities", "own file")} == {
+        "setuid(0)": "Operation not permitted", "write root's file": "Permission denied",
+        "chmod root's file": "Operation not permitted", "write /etc": "Permission denied",
+        "kill pid 1": "Operation not permitted"}
+    assert instructor.read_text() == "the hidden tests" and not Path("/etc/looplab-escaped").exists()
 
 
 # --- cgroup ------------------------------------------------------------------------------------------------------------------

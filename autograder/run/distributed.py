@@ -18,6 +18,9 @@ client alone writes the gradebook, the feedback, the formgrader course and the r
   worker that is refused or still warming up. Start workers with ``--nthreads 1`` and one ``--nworkers`` per core.
 - Same code everywhere: a worker whose labutils/autograder differ from the client's (a hash of their ``.py`` files)
   is refused, by name, when the client connects; one that joins later with other code never gets the resource.
+- The same confinement as a local run: each worker's zygote applies the layers of
+  :mod:`autograder.sandbox.isolation` that its machine allows; the client logs them per worker, and with
+  ``--require-isolation`` a worker that cannot apply them all is refused, by name, with what is missing.
 - A worker that dies mid-task (killed, out of memory) has its task graded again on another worker by Dask (the
   scheduler's ``distributed.scheduler.allowed-failures``, default 3); a task that raises is retried :data:`RETRIES`
   times. A task that fails every try, or that no worker can take for :data:`STALL_S`, scores zero for that student's
@@ -41,7 +44,9 @@ from distributed import WorkerPlugin
 from autograder.channel import ExtraFile, Result, RunConfig, Task
 from autograder.course.nbgrader_setup import prepare_tools
 from autograder.layout import code_version, task_dir
-from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, cost
+from autograder.sandbox import isolation
+from .scratch import runtime_dir
+from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, check_isolation, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
 STALL_S = 600  # no worker able to grade for this long (all refused or gone): the tasks left are not graded
@@ -165,6 +170,7 @@ class GraderPlugin(WorkerPlugin):
         self.work = Path(worker.local_directory) / self.name
         shutil.rmtree(self.work, ignore_errors=True)
         (self.work / "template").mkdir(parents=True)
+        os.chmod(self.work, 0o711)  # student code (another uid) reaches its own task's folder, lists nothing
         (self.work / "template" / "gradebook.db").write_bytes(self.template)
         self.run = replace(self.run, template_db=str(self.work / "template" / "gradebook.db"), work_dir=str(self.work))
         # the zygote's imports take seconds: off the event loop, so the worker keeps answering the scheduler
@@ -181,6 +187,12 @@ class GraderPlugin(WorkerPlugin):
                             f"worker {self.address}: the imports alone map {self.zygote.ready.vm_mb} MB of address "
                             f"space; use at least {floor} MB")
             raise WorkerRefused(self.refused)
+        gaps = isolation.missing(self.zygote.ready.isolation)
+        if gaps and self.run.require_isolation:
+            self.refused = f"Dask worker {self.address} refused (--require-isolation): " + "; ".join(gaps)
+            raise WorkerRefused(self.refused)
+        for gap in gaps:
+            logger.warning("%s: %s", self.address, gap)
 
     def _start_zygote(self) -> None:
         import warnings
@@ -191,7 +203,7 @@ class GraderPlugin(WorkerPlugin):
 
         warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use: noisy, not wrong
         prepare_tools()
-        os.environ["JUPYTER_RUNTIME_DIR"] = str(self.work / "runtime")  # the kernels' connection files
+        os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir(self.work / "runtime"))  # the kernels' connection files
         self.zygote, self.spare_folder = take_spare()
         if self.zygote is None:
             self.zygote = private_zygote(self.work)
@@ -230,6 +242,13 @@ class GraderPlugin(WorkerPlugin):
                 shutil.rmtree(task_dir(self.work, remote.task.id), ignore_errors=True)
         # paths on this worker mean nothing to the client
         return RemoteResult(replace(result, feedback=None, autograded=None), feedback, autograded, self.address)
+
+
+def worker_isolation(plugin_name: str, dask_worker=None) -> dict | None:
+    """The confinement layers this worker's zygote applies (layer -> why not, "" when applied), for the client's log."""
+    plugin = dask_worker.plugins.get(plugin_name)
+    zygote = getattr(plugin, "zygote", None)
+    return dict(zygote.ready.isolation) if zygote is not None else None
 
 
 def _read(path: str | None) -> bytes | None:
@@ -329,6 +348,9 @@ class DaskExecutor:
             client.register_plugin(plugin, name=plugin.name)  # returns when every worker's zygote is warm
             log(f"{len(client.scheduler_info()['workers'])} Dask worker(s) at {self.scheduler} warm "
                 f"{time.monotonic() - started:.1f} s after the gradebook (its template sent once per worker)")
+            for address, found in sorted(client.run(worker_isolation, plugin.name, on_error="return").items()):
+                if isinstance(found, dict):  # the same layers as a local run, said per worker
+                    check_isolation(found, run.require_isolation, lambda line, a=address: log(f"{a}: {line}"))
             futures = {}
             for task in tasks:
                 future = client.submit(grade_remote, pack(task, plugin.template_sha, version), plugin.name,

@@ -200,7 +200,8 @@ class SandboxedExecute(Execute):
         spec_path = work / "spec.json"
         spec_path.write_bytes(channel.encode(RecheckSpec(cells=cells, cell_timeout=self.timeout_cell_limit())))
         env = dict(ctx.kernel_env, HOME=str(work / "home"), TMPDIR=str(work / "tmp"), MPLBACKEND="Agg")
-        policy = dataclasses.replace(ctx.policy, write_dirs=[str(work / "cwd"), str(work / "home"), str(work / "tmp")],
+        own = [str(work / "cwd"), str(work / "home"), str(work / "tmp")]
+        policy = dataclasses.replace(ctx.policy, write_dirs=own, own_paths=[*own, str(spec_path)],
                                      read_files=[*ctx.policy.read_files, str(spec_path)])
         started = time.monotonic()
         reply = ctx.zygote.request(RecheckRequest(

@@ -9,6 +9,7 @@ one's (two runs at once on one machine are fine) and removes only the dead.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import tempfile
 import time
@@ -24,9 +25,18 @@ def new_work_folder() -> tuple[Path, object]:
     """(a fresh scratch folder, the open file whose lock marks it alive: keep it open); dead runs' folders go first."""
     remove_dead_runs(Path(tempfile.gettempdir()))
     work = Path(tempfile.mkdtemp(prefix=PREFIX))
+    os.chmod(work, 0o711)  # student code (another uid) reaches its own task's folder, lists nothing
     owner = open(work / OWNER, "w")
     fcntl.flock(owner, fcntl.LOCK_EX)
     return work, owner
+
+
+def runtime_dir(path: Path) -> Path:
+    """The folder of the kernels' connection files (jupyter makes it 0700): one that student code, under another uid,
+    may pass through to its own kernel's file (handed to it), and list nothing in."""
+    path.mkdir(mode=0o711, parents=True, exist_ok=True)
+    os.chmod(path, 0o711)
+    return path
 
 
 def remove_dead_runs(tmp: Path) -> list[Path]:

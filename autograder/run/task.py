@@ -38,7 +38,8 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
     setup_s = time.monotonic() - started
     home, tmp = task_dir / "home", task_dir / "tmp"
     policy = base_policy(run)
-    policy = dataclasses.replace(policy, write_dirs=[*policy.write_dirs, str(home), str(tmp)])
+    policy = dataclasses.replace(policy, write_dirs=[*policy.write_dirs, str(home), str(tmp)],
+                                 own_paths=[str(home), str(tmp)])
     ctx = context.TaskContext(zygote=zygote, task_dir=task_dir, kernel_env=kernel_env(home, tmp, run), policy=policy,
                               threads=run.threads, notebook_timeout=run.notebook_timeout)
     ctx.timings["setup_s"] = round(setup_s, 2)

@@ -11,6 +11,10 @@ A task's kernel and its recheck each get, in the child the zygote forked and bef
 - ``network``: a seccomp filter: sockets of the Unix family and TCP only (TCP is Landlock's: the kernel's own ports),
   so no UDP, raw or packet socket, IPv4 or IPv6, no netlink but the read-only route family (ZeroMQ reads the
   interfaces through it), and no io_uring (which would bypass the filter).
+- ``user``: student code runs as ``nobody`` (a uid that owns no file), no supplementary groups, no capability: the
+  task's own folders and files (the policy's ``own_paths``, decided by the grader) are handed to it first, and
+  everything else on the machine is closed to it by its ordinary permissions too, not by Landlock alone. Needs root;
+  a grader started as an ordinary user runs student code as that user (in a user namespace, under Landlock).
 
 Why here and not bubblewrap or nsjail: both start a new process with ``exec``, and the zygote's reason to exist is a
 fork that already has torch, labutils and the data loaded (seconds per notebook). The same system calls they make
@@ -26,13 +30,16 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import pwd
 from pathlib import Path
 
 LAYERS = {  # layer -> what a student could do without it
     "cgroup": "a fork bomb or a memory hog slows or starves the notebooks graded beside it",
     "scratch": "/dev/shm is shared between students, and a disk filler fills the grader's disk",
     "network": "student code can send UDP (IPv4 and IPv6) and open raw or netlink sockets",
+    "user": "student code runs as the grader's own user: only Landlock keeps it out of that user's files",
 }
+STUDENT_USER = "nobody"  # owns no file (Debian policy); fallback 65534 where the name is missing
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "looplab-tasks"
 PIDS_MAX = 512  # threads count: an ipykernel has ~10, torch and a DataLoader some more
@@ -113,10 +120,12 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {fstype or 'bind'} {target}")
 
 
-def private_scratch(binds: list[str], overlay: str | None, size_mb: int = SCRATCH_MB) -> None:
+def private_scratch(binds: list[str], overlay: str | None, size_mb: int = SCRATCH_MB,
+                    owner: tuple[int, int] | None = None) -> None:
     """A private mount namespace: /dev/shm a fresh tmpfs of ``size_mb``, every folder of ``binds`` (HOME, TMPDIR) a
-    folder of it, ``overlay`` (the notebook's folder) an overlay whose writes land there too. (``/tmp`` itself stays:
-    the task's folders live beneath it, and Landlock lets student code write nowhere else in it.)"""
+    folder of it, ``overlay`` (the notebook's folder) an overlay whose writes land there too; its folders belong to
+    ``owner`` (uid, gid) when given. (``/tmp`` itself stays: the task's folders live beneath it, and Landlock lets
+    student code write nowhere else in it.)"""
     uid, gid = os.getuid(), os.getgid()
     if os.geteuid() == 0:
         _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
@@ -129,14 +138,92 @@ def private_scratch(binds: list[str], overlay: str | None, size_mb: int = SCRATC
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_mb}m,mode=1777")
     for i, target in enumerate(binds):
         source = f"/dev/shm/.scratch-{i}"
-        os.makedirs(source, exist_ok=True)
+        _own_folder(source, owner)
         if os.path.isdir(target):
             _mount(source, target, None, _MS_BIND)
     if overlay and os.path.isdir(overlay):
         upper, work = "/dev/shm/.overlay-upper", "/dev/shm/.overlay-work"
-        os.makedirs(upper, exist_ok=True)
-        os.makedirs(work, exist_ok=True)
+        _own_folder(upper, owner)  # the overlay's top folder takes the upper folder's owner
+        _own_folder(work, owner)
         _mount("overlay", overlay, "overlay", 0, f"lowerdir={overlay},upperdir={upper},workdir={work}")
+
+
+def reveal(paths: list[str], owner: tuple[int, int]) -> list[str]:
+    """In this mount namespace, make ``paths`` reachable for ``owner`` where a folder above them is closed to it (a
+    Python installed under ``/root``, mode 0700): that folder is covered with a small tmpfs holding only those paths,
+    each bind-mounted back at its own place (same files, same Landlock rules). Returns the folders covered."""
+    by_cover: dict[str, list[str]] = {}
+    for path in sorted(set(paths)):
+        closed = _closed_ancestor(path, owner) if os.path.exists(path) else None
+        if closed is not None:
+            by_cover.setdefault(closed, []).append(path)
+    for cover, inside in by_cover.items():
+        kept = [p for p in inside if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in inside)]
+        handles = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in kept}  # still reachable: we are root
+        try:
+            _mount("tmpfs", cover, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+            for path, fd in handles.items():
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                    open(path, "a").close()
+                _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+        finally:
+            for fd in handles.values():
+                os.close(fd)
+    return list(by_cover)
+
+
+def _closed_ancestor(path: str, owner: tuple[int, int]) -> str | None:
+    """The topmost folder above ``path`` that ``owner`` may not pass through, or None."""
+    for folder in reversed(Path(path).parents):
+        info = os.stat(folder)
+        bit = 0o100 if info.st_uid == owner[0] else 0o010 if info.st_gid == owner[1] else 0o001
+        if not info.st_mode & bit:
+            return str(folder)
+    return None
+
+
+def _own_folder(path: str, owner: tuple[int, int] | None) -> None:
+    os.makedirs(path, exist_ok=True)
+    if owner is not None:
+        os.chown(path, *owner)
+
+
+# --- user ----------------------------------------------------------------------------------------------------------------
+
+
+def student_ids() -> tuple[int, int]:
+    """(uid, gid) that student code runs as when the grader is root."""
+    try:
+        entry = pwd.getpwnam(STUDENT_USER)
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def hand_over(paths: list[str], owner: tuple[int, int]) -> None:
+    """Give the task's own folders (everything beneath them) and files to ``owner``: what it may write it owns.
+    Links are changed themselves, never followed."""
+    for path in paths:
+        if not os.path.lexists(path):
+            continue
+        os.chown(path, *owner, follow_symlinks=False)
+        for folder, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.chown(os.path.join(folder, name), *owner, follow_symlinks=False)
+
+
+def become(owner: tuple[int, int]) -> None:
+    """Drop to ``owner`` for good: no supplementary groups, real, effective and saved ids all changed (which also
+    empties every capability set, and makes setuid back to root fail)."""
+    if os.geteuid() != 0:
+        raise IsolationError(errno.EPERM, f"the grader runs as uid {os.geteuid()}, not root: student code runs as "
+                                          "that user")
+    os.setgroups([])
+    os.setresgid(owner[1], owner[1], owner[1])
+    os.setresuid(owner[0], owner[0], owner[0])
 
 
 # --- network ---------------------------------------------------------------------------------------------------------
@@ -204,14 +291,25 @@ def no_network() -> None:
 
 
 def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str], overlay: str | None,
-          scratch_mb: int = SCRATCH_MB, pids_max: int = PIDS_MAX) -> None:
-    """Apply ``layers`` (those :func:`probe` found possible) to this process and everything it will start."""
+          scratch_mb: int = SCRATCH_MB, pids_max: int = PIDS_MAX, own_paths: list[str] = (),
+          read_paths: list[str] = ()) -> None:
+    """Apply ``layers`` (those :func:`probe` found possible) to this process and everything it will start. For the
+    ``user`` layer: ``own_paths``, the task's own folders and files, are handed to the student's uid, and
+    ``read_paths`` (what the sandbox policy lets it read) made reachable for it. The uid changes last: everything
+    before it needs root. (It also clears the parent-death signal: set it again.)"""
+    owner = student_ids() if "user" in layers and "scratch" in layers else None
     if "cgroup" in layers:
         join_cgroup(name, memory_mb, pids_max)
+    if owner is not None:
+        hand_over([*own_paths, *binds, *([overlay] if overlay else [])], owner)
     if "scratch" in layers:
-        private_scratch(binds, overlay, scratch_mb)
+        private_scratch(binds, overlay, scratch_mb, owner)
+    if owner is not None:
+        reveal([*read_paths, *own_paths, *binds, *([overlay] if overlay else [])], owner)
     if "network" in layers:
         no_network()
+    if owner is not None:
+        become(owner)
 
 
 def probe() -> dict[str, str]:
@@ -237,6 +335,8 @@ def probe() -> dict[str, str]:
         except ChildProcessError:
             pass  # reaped already (the zygote ignores SIGCHLD)
         found[layer] = reason
+    if found["scratch"] and not found["user"]:  # the folders a uid must read are shown to it in the mount namespace
+        found["user"] = "it needs the scratch layer's mount namespace"
     remove_empty_cgroups()
     return found
 

@@ -78,6 +78,7 @@ class ZygoteProvisioner(LocalProvisioner):
                         ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")],
             read_files=[*ctx.policy.read_files, *([conn_file] if conn_file else [])],
             write_dirs=[*ctx.policy.write_dirs, cwd],
+            own_paths=[*ctx.policy.own_paths, cwd, *([conn_file] if conn_file else [])],
         )
         request = KernelRequest(argv=argv, cwd=cwd, env=ctx.kernel_env, policy=policy,
                                 log=str(ctx.task_dir / "kernel.log"), threads=ctx.threads)

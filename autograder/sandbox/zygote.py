@@ -166,7 +166,10 @@ def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None
     importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
     isolation.enter(LAYERS, f"task-{os.getpid()}", req.policy.memory_mb,
                     [req.env[k] for k in ("HOME", "TMPDIR") if req.env.get(k)], req.cwd,
-                    scratch_mb=req.policy.scratch_mb, pids_max=req.policy.pids_max)
+                    scratch_mb=req.policy.scratch_mb, pids_max=req.policy.pids_max, own_paths=req.policy.own_paths,
+                    read_paths=[*req.policy.read_dirs, *req.policy.read_files, *req.policy.list_dirs,
+                                *req.policy.write_files, *req.policy.write_dirs])
+    sandbox.die_with_parent()  # again: a change of uid clears it
     os.chdir(req.cwd)  # again: the notebook's folder is now the overlay
     sandbox.confine(req.policy)
 

@@ -15,6 +15,8 @@ zygote, the limits) around each notebook.
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 import time
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -28,7 +30,7 @@ from autograder.hidden import verifier as hidden
 from autograder.course.cells import gradebook_notebook
 from autograder.channel import RecheckCell, RecheckOutcome, RecheckReply, RecheckRequest, RecheckSpec
 from autograder.sandbox.context import current as _context
-from autograder.sandbox.kernels import ZygoteKernelManager
+from autograder.sandbox.kernels import KERNEL_START_TRIES, ZygoteKernelManager
 
 
 # --- execution ---------------------------------------------------------------------------------------------------------
@@ -40,6 +42,16 @@ class KernelStartError(RuntimeError):
 
 def _error(ename: str, message: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+
+
+def _last_error(ctx) -> str:
+    """The last error line of the task's kernel log, as ``"; it said: ..."`` (or "")."""
+    try:
+        lines = (ctx.task_dir / "kernel.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.strip() for line in lines if re.match(r"\s*\w*(Error|Exception)\b", line)]
+    return f"; it said: {said[-1][:300]}" if said else ""
 
 
 def has_error(cell: NotebookNode) -> bool:
@@ -60,6 +72,19 @@ class SandboxedExecute(Execute):
         super().__init__(**kw)
 
     def preprocess(self, nb, resources, km=None):
+        """Run the notebook; a kernel that died before any cell ran (a problem of this machine, not of the
+        submission) is started again, and only after :data:`KERNEL_START_TRIES` such deaths is the notebook not
+        graded, with the kernel's last words."""
+        for attempt in range(1, KERNEL_START_TRIES + 1):
+            try:
+                return self._run_notebook(nb, resources, km)
+            except KernelStartError as exc:
+                if attempt == KERNEL_START_TRIES:
+                    raise
+                print(f"kernel start, try {attempt} of {KERNEL_START_TRIES}: {exc}; trying again", file=sys.stderr)
+                _context().fatal = None
+
+    def _run_notebook(self, nb, resources, km=None):
         from nbclient.client import NotebookClient
 
         ctx = _context()
@@ -120,8 +145,8 @@ class SandboxedExecute(Execute):
                         _stderr_is_not_failure(cell)
         except Exception as exc:  # the client broke mid-way: the rest of the notebook is not gradable
             if not started_cells:  # no student code ran yet: the grader (limits, environment) is at fault
-                ctx.fatal = (f"the kernel did not start ({type(exc).__name__}: {exc}); is --memory-limit "
-                             f"({ctx.policy.memory_mb} MB) too small?")
+                ctx.fatal = (f"the kernel did not start ({type(exc).__name__}: {exc}{_last_error(ctx)}); is "
+                             f"--memory-limit ({ctx.policy.memory_mb} MB) too small?")
                 raise KernelStartError(ctx.fatal) from exc
             stop_reason = f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})"
             stopped_at = 0 if stopped_at is None else stopped_at

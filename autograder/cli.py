@@ -24,6 +24,50 @@ def _positive(kind):
     return parse
 
 
+def _at_least(minimum: int, why: str):
+    def parse(text: str):
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is too small: use at least {minimum} ({why})")
+        return value
+
+    return parse
+
+
+def add_grade_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per :class:`~autograder.grade.GradeOptions` field that has one, with its default and help from there."""
+    import dataclasses
+
+    from .grade import GradeOptions
+
+    for option in dataclasses.fields(GradeOptions):
+        meta = option.metadata
+        if "flags" not in meta:
+            continue
+        kwargs = {"dest": option.name, "help": meta["help"], "default": option.default, "metavar": meta.get("metavar")}
+        if meta.get("nargs"):
+            kwargs["nargs"] = meta["nargs"]
+        elif meta.get("type") is None:  # a switch
+            kwargs["action"] = "store_true"
+            del kwargs["metavar"]
+        else:
+            kwargs["type"] = (_positive(meta["type"]) if meta.get("positive") else
+                              _at_least(meta["minimum"], meta["why"]) if "minimum" in meta else meta["type"])
+            if option.default is not None:
+                kwargs["help"] += " (default: %(default)s)"
+        parser.add_argument(*meta["flags"], **kwargs)
+
+
+def grade_options(args: argparse.Namespace, **extra):
+    """The GradeOptions the parsed ``args`` ask for."""
+    import dataclasses
+
+    from .grade import GradeOptions
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(GradeOptions) if "flags" in f.metadata}
+    return GradeOptions(**given, **extra)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the Loop Lab repository (default: %(default)s)")
@@ -36,20 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "submitted/<student>/loop_lab/), or a single .ipynb for one student")
     g.add_argument("--out", type=Path, required=True, help="where grades.csv, <student>.json, feedback/ and "
                    "summary.md/.png go")
-    g.add_argument("-j", "--jobs", type=_positive(int), default=2, help="notebooks graded at once (default: 2)")
-    g.add_argument("--db", dest="db_url", help="gradebook SQLAlchemy URL (default: sqlite:///OUT/gradebook.db)")
-    g.add_argument("--timeout-cell", type=_positive(int), default=120, help="seconds per cell (default: 120)")
-    g.add_argument("--timeout-notebook", type=_positive(int), default=600,
-                   help="seconds per notebook, and as much again for its hidden tests (default: 600)")
-    g.add_argument("--memory-limit", type=_positive(int), default=6144,
-                   help="address-space limit per student process in MB (torch alone maps ~4 GB; default: 6144)")
-    g.add_argument("--student", help="student id when SUBMISSIONS is a single .ipynb (default: its folder's name)")
-    g.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
-    g.add_argument("--regrade", nargs="*", metavar="STUDENT", help="grade again what OUT already holds: every "
-                   "task, or only these students' (default: a re-run grades only what is new or changed)")
-    g.add_argument("--require-isolation", action="store_true", help="refuse to grade when this machine does not "
-                   "allow every confinement layer (cgroups, a private scratch, the network filter)")
-    g.add_argument("--keep-work", action="store_true", help="keep the scratch folder (kernel logs) for debugging")
+    add_grade_options(g)
     g.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster: its scheduler, e.g. "
                    "tcp://HOST:8786 (workers started with --nthreads 1; -j is then unused). Default: this machine")
 
@@ -103,20 +134,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
         return 0
-    from .grade import GradeOptions, grade
+    from .grade import grade
     from .run.pool import GradingSetupError
     from .course.submissions import SubmissionsError
     from .results.journal import OutLocked
 
-    if args.memory_limit < 3000:
-        print(f"error: --memory-limit {args.memory_limit} MB is too small: importing torch alone maps ~4 GB of "
-              "address space", file=sys.stderr)
-        return 2
-    options = GradeOptions(jobs=args.jobs, db_url=args.db_url, cell_timeout=args.timeout_cell,
-                           notebook_timeout=args.timeout_notebook, memory_mb=args.memory_limit,
-                           student=args.student, source=args.source, keep_work=args.keep_work,
-                           threads=1 if args.scheduler else None,  # one torch thread per Dask worker process
-                           regrade=args.regrade, require_isolation=args.require_isolation)
+    options = grade_options(args, threads=1 if args.scheduler else None)  # one torch thread per Dask worker
     try:
         result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
     except (SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked) as exc:

@@ -45,19 +45,41 @@ if TYPE_CHECKING:
 # imports that would otherwise run before the executor starts its zygote and workers
 
 
+def _flag(flags: str, help: str, **argparse) -> dict:
+    """A GradeOptions field's command-line flag (``"-j/--jobs"``), help text and argparse settings: cli.py generates
+    ``grade``'s options from these, so a default and its help are written once."""
+    return {"flags": flags.split("/"), "help": help, **argparse}
+
+
+MIN_MEMORY_MB = 3000  # below this no kernel starts: importing torch alone maps ~4 GB of address space
+
+
 @dataclass
 class GradeOptions:
-    jobs: int = 2
-    db_url: str | None = None  # default: sqlite:///OUT/gradebook.db
-    cell_timeout: int = 120
-    notebook_timeout: int = 600
-    memory_mb: int = 6144  # torch + ipykernel map ~4.7 GB of address space before a cell runs
-    student: str | None = None  # the student id when SUBMISSIONS is a single .ipynb
-    source: Path | None = None  # the assignment's source folder; default solutions/loop_lab
-    keep_work: bool = False
-    threads: int | None = None  # torch threads per kernel; default cores // jobs
-    regrade: list[str] | None = None  # None: reuse every unchanged graded task of OUT; []: regrade all; or these ids
-    require_isolation: bool = False  # refuse to grade when a confinement layer cannot be applied on this machine
+    jobs: int = field(default=2, metadata=_flag("-j/--jobs", "notebooks graded at once", type=int, positive=True, metavar="N"))
+    db_url: str | None = field(default=None, metadata=_flag(
+        "--db", "gradebook SQLAlchemy URL (default: sqlite:///OUT/gradebook.db)", type=str, metavar="URL"))
+    cell_timeout: int = field(default=120, metadata=_flag("--timeout-cell", "seconds per cell", type=int,
+                                                          positive=True, metavar="SECONDS"))
+    notebook_timeout: int = field(default=600, metadata=_flag(
+        "--timeout-notebook", "seconds per notebook, and as much again for its hidden tests", type=int, positive=True,
+        metavar="SECONDS"))
+    memory_mb: int = field(default=6144, metadata=_flag(  # torch + ipykernel map ~4.7 GB before a cell runs
+        "--memory-limit", "address-space limit per student process in MB (torch alone maps ~4 GB)", type=int,
+        minimum=MIN_MEMORY_MB, why="importing torch alone maps ~4 GB of address space", metavar="MB"))
+    student: str | None = field(default=None, metadata=_flag(
+        "--student", "student id when SUBMISSIONS is a single .ipynb (default: its folder's name)", type=str, metavar="ID"))
+    source: Path | None = field(default=None, metadata=_flag(
+        "--source", "assignment source folder (default: ROOT/solutions/loop_lab)", type=Path, metavar="FOLDER"))
+    keep_work: bool = field(default=False, metadata=_flag(
+        "--keep-work", "keep the scratch folder (kernel logs) for debugging"))
+    threads: int | None = None  # torch threads per kernel; default cores // jobs (1 on Dask: one per worker process)
+    regrade: list[str] | None = field(default=None, metadata=_flag(  # None: reuse; []: regrade all; or these ids
+        "--regrade", "grade again what OUT already holds: every task, or only these students' (default: a re-run "
+        "grades only what is new or changed)", nargs="*", metavar="STUDENT"))
+    require_isolation: bool = field(default=False, metadata=_flag(
+        "--require-isolation", "refuse to grade when this machine does not allow every confinement layer (cgroups, "
+        "a private scratch, the network filter, an unprivileged user)"))
 
 
 @dataclass

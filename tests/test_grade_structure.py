@@ -199,3 +199,20 @@ def test_the_pool_starts_the_slowest_notebooks_first():
     assert order == [("00_data_tour", "al"), ("00_data_tour", "bo"), ("99_unknown", "al"), ("99_unknown", "bo"),
                      ("04_accumulation", "al"), ("04_accumulation", "bo")]
     assert cost("99_unknown") == 1.0 and max((n.id for n in NOTEBOOKS), key=cost) == "00_data_tour"
+
+
+# --- one place for every grading option ---------------------------------------------------------------------------------
+
+
+def test_grade_flags_and_defaults_come_from_grade_options():
+    """``grade``'s flags are generated from GradeOptions: no default or help text is written twice."""
+    from autograder import cli
+    from autograder.grade import GradeOptions
+
+    parse = cli.build_parser().parse_args
+    assert cli.grade_options(parse(["grade", "subs", "--out", "out"])) == GradeOptions()
+    given = parse(["grade", "subs", "--out", "out", "-j", "3", "--timeout-cell", "7", "--memory-limit", "4096",
+                   "--regrade", "ann", "--require-isolation", "--keep-work", "--source", "src"])
+    assert cli.grade_options(given) == GradeOptions(jobs=3, cell_timeout=7, memory_mb=4096, regrade=["ann"],
+                                                    require_isolation=True, keep_work=True, source=Path("src"))
+    assert cli.grade_options(parse(["grade", "subs", "--out", "out", "--regrade"])).regrade == []

@@ -116,7 +116,7 @@ def test_grade_the_class_messages_and_notes(graded_class):
 def test_grade_the_class_feedback_summary_and_isolation(graded_class):
     out = graded_class["out"]
     solutions_feedback = sorted((out / "feedback" / "solutions").glob("*.html"))
-    assert len(solutions_feedback) == 9
+    assert len(solutions_feedback) == len(exercises.NOTEBOOKS)
     for html in (out / "feedback").rglob("*.html"):
         text = html.read_text()
         assert "BEGIN HIDDEN TESTS" not in text and "from autograder.hidden import" not in text, html

@@ -175,6 +175,30 @@ def test_notebook_graded_cells_match_the_registry(folder):
                 assert hidden.verify_calls(source) == [(e.notebook, e.functions[0].name, p.id)]
 
 
+def test_the_scaffold_prints_the_graded_cells_the_solutions_hold():
+    """``python -m labutils.exercises --cells ID`` prints a notebook (valid nbformat) whose cells are, source and
+    metadata, the exercise's graded cells in its solutions notebook, each heading right before its test."""
+    import json
+
+    import nbformat
+
+    for exercise in exercises.EXERCISES:
+        proc = subprocess.run([sys.executable, "-m", "labutils.exercises", "--cells", exercise.id], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        printed = nbformat.reads(proc.stdout, as_version=4)
+        nbformat.validate(printed)
+        assert json.loads(proc.stdout)["cells"] == exercises.graded_cells(exercise.id)
+        solution = nbformat.read(ROOT / "solutions" / "loop_lab" / f"{exercise.notebook}.ipynb", as_version=4)
+        ids = [c.get("id") for c in solution.cells]
+        for cell in printed.cells:
+            assert cell.id in ids, f"{exercise.notebook} has no cell {cell.id}"
+            held = solution.cells[ids.index(cell.id)]
+            assert (held.cell_type, held.source, held.metadata) == (cell.cell_type, cell.source, cell.metadata)
+        for heading, test in zip(printed.cells[::2], printed.cells[1::2]):
+            assert ids.index(test.id) == ids.index(heading.id) + 1, f"{heading.id} is not right before its test"
+
+
 def test_the_visible_part_runs_one_check_per_exercise(monkeypatch):
     from labutils.checks import properties
 

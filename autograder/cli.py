@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", type=Path, required=True, help="the folder `grade --out` wrote (the course)")
     e.add_argument("--to", type=Path, help="the CSV to write (default: OUT/nbgrader_export.csv)")
 
+    c = sub.add_parser("cells", help="print an exercise's graded cells (headings and test cells, hidden part included) "
+                       "as a notebook, to copy into its solutions/ notebook")
+    c.add_argument("exercise", help="its id in labutils/exercises.py, e.g. scheduler")
+
     h = sub.add_parser("handout", help="zip what students receive: notebooks/, labutils without the reference loop")
     h.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. dist/loop_lab.zip")
     return parser
@@ -123,6 +127,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"wrote {dest}", file=sys.stderr)
+        return 0
+    if args.command == "cells":
+        from .course.scaffold import as_notebook
+
+        try:
+            print(as_notebook(args.exercise))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "handout":
         from .course.handout import build_handout

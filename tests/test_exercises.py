@@ -176,19 +176,21 @@ def test_notebook_graded_cells_match_the_registry(folder):
 
 
 def test_the_scaffold_prints_the_graded_cells_the_solutions_hold():
-    """``python -m labutils.exercises --cells ID`` prints a notebook (valid nbformat) whose cells are, source and
-    metadata, the exercise's graded cells in its solutions notebook, each heading right before its test."""
+    """``python -m autograder cells ID`` prints a notebook (valid nbformat) whose cells are, source and metadata,
+    the exercise's graded cells in its solutions notebook, each heading right before its test."""
     import json
 
     import nbformat
 
+    from autograder.course.scaffold import graded_cells
+
     for exercise in exercises.EXERCISES:
-        proc = subprocess.run([sys.executable, "-m", "labutils.exercises", "--cells", exercise.id], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "autograder", "cells", exercise.id], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         printed = nbformat.reads(proc.stdout, as_version=4)
         nbformat.validate(printed)
-        assert json.loads(proc.stdout)["cells"] == exercises.graded_cells(exercise.id)
+        assert json.loads(proc.stdout)["cells"] == graded_cells(exercise.id)
         solution = nbformat.read(ROOT / "solutions" / "loop_lab" / f"{exercise.notebook}.ipynb", as_version=4)
         ids = [c.get("id") for c in solution.cells]
         for cell in printed.cells:

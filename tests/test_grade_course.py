@@ -2,8 +2,9 @@
 own API lists every submission with its autograded score, a written answer scored by hand the way formgrader saves it
 is in ``python -m autograder export``, and grading the class again (a late submission came in) keeps that score.
 
-The class is the browser tests' tiny one (tests/browser/grading.py): alice correct, bob with the zero_grad bug; their
-autograded points are read from what grade reported (the lab's tests and points change with the lab).
+The class is the browser tests' tiny one (tests/browser/grading.py): alice correct, bob with the zero_grad bug, dan
+the release's stubs; their autograded points are read from what grade reported (the lab's tests and points change
+with the lab).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def needs_manual_grade(course: Path, student: str) -> bool:
 def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_path):
     graded = grade_class(tmp_path / "class")
     course = graded.out
-    autograded = {s: graded.autograded(s)[0] for s in ("alice", "bob")}  # the graders' scores
+    autograded = {s: graded.autograded(s)[0] for s in ("alice", "bob", "dan")}  # the graders' scores
     assert autograded["alice"] == graded.autograded("alice")[1] > autograded["bob"]  # bob's zero_grad bug costs
+    assert autograded["dan"] == 0  # the release handed in as it is
     for path in ("nbgrader_config.py", "gradebook.db", f"source/{ASSIGNMENT}/{NOTEBOOK}.ipynb",
                  f"submitted/bob/{ASSIGNMENT}/{NOTEBOOK}.ipynb", f"autograded/bob/{ASSIGNMENT}/{NOTEBOOK}.ipynb"):
         assert (course / path).exists(), path
@@ -77,7 +79,8 @@ def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_pat
     api = formgrader_api(course)
     listed = {s["student"]: s for s in api.get_notebook_submissions(ASSIGNMENT, NOTEBOOK)}
     assert {s: listed[s]["score"] for s in listed} == autograded
-    assert all(listed[s]["needs_manual_grade"] for s in listed)  # both wrote an answer: a person grades it
+    assert listed["alice"]["needs_manual_grade"] and listed["bob"]["needs_manual_grade"]  # answers a person grades
+    assert not listed["dan"]["needs_manual_grade"]  # no answer written: nbgrader scores it 0 by itself
     assert export(course, tmp_path / "export-0.csv") == autograded
 
     score_by_hand(course, "bob", ANSWER_ID, MANUAL_POINTS)
@@ -93,7 +96,7 @@ def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_pat
     assert not needs_manual_grade(course, "bob"), "bob's answer, graded by hand, is flagged again"
     assert needs_manual_grade(course, "alice") and needs_manual_grade(course, "carol")
     assert (course / f"autograded/carol/{ASSIGNMENT}/{NOTEBOOK}.ipynb").exists()
-    assert len(formgrader_api(course).get_notebook_submissions(ASSIGNMENT, NOTEBOOK)) == 3
+    assert len(formgrader_api(course).get_notebook_submissions(ASSIGNMENT, NOTEBOOK)) == len(autograded) + 1
     bob = json.loads((course / "bob.json").read_text())  # the reports read the score given by hand too
     answer = next(t for t in bob["tests"] if t["name"] == ANSWER_ID)
     assert (answer["points"], bob["score"]) == (MANUAL_POINTS, autograded["bob"] + MANUAL_POINTS)

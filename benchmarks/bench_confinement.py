@@ -43,8 +43,8 @@ def write_class(folder: Path, with_attackers: bool) -> None:
     build.write_class(students, folder)
 
 
-def control_seconds(tmp: Path, with_attackers: bool, fence: Fence) -> dict[str, float]:
-    """The control's seconds per notebook in one graded class."""
+def control_run(tmp: Path, with_attackers: bool, fence: Fence) -> dict[str, tuple[float, float]]:
+    """The control's (seconds, score) per notebook in one graded class."""
     shutil.rmtree(tmp, ignore_errors=True)
     write_class(tmp / "submissions", with_attackers)
     command = [sys.executable, "-m", "autograder", "grade", str(tmp / "submissions"), "--out", str(tmp / "out"),
@@ -54,10 +54,9 @@ def control_seconds(tmp: Path, with_attackers: bool, fence: Fence) -> dict[str, 
         sys.exit(f"grading failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     record = json.loads((tmp / "out" / "control.json").read_text())
     graded = {nb: v for nb, v in record["notebooks"].items() if nb in CONTROL_NOTEBOOKS}
-    wrong = [nb for nb, v in graded.items() if v["status"] != "graded" or v["score"] != v["max_score"]]
-    if wrong:
-        sys.exit(f"the control lost points beside the attackers in {wrong}: the confinement let a neighbour in")
-    return {nb: v["seconds"] for nb, v in graded.items()}
+    if any(v["status"] != "graded" for v in graded.values()):
+        sys.exit(f"the control was not graded: {graded}")
+    return {nb: (v["seconds"], v["score"]) for nb, v in graded.items()}
 
 
 def main(argv=None) -> int:
@@ -72,8 +71,14 @@ def main(argv=None) -> int:
     runs: dict[str, list[dict[str, float]]] = {"alone": [], "beside": []}
     try:
         for _ in range(args.rounds):
-            runs["alone"].append(control_seconds(tmp / "alone", False, fence))
-            runs["beside"].append(control_seconds(tmp / "beside", True, fence))
+            for kind in runs:
+                graded = control_run(tmp / kind, kind == "beside", fence)
+                runs[kind].append({nb: seconds for nb, (seconds, _) in graded.items()})
+                scores = {nb: score for nb, (_, score) in graded.items()}
+                if kind == "alone":
+                    clean = scores
+                elif scores != clean:
+                    sys.exit(f"the control scored {scores} beside the attackers, {clean} alone: a neighbour got in")
     finally:
         fence.remove()
         shutil.rmtree(tmp, ignore_errors=True)

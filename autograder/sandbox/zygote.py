@@ -216,20 +216,7 @@ def _run_recheck(req: RecheckRequest) -> RecheckReply:
         finally:
             os._exit(code)
     os.close(wfd)
-    deadline = time.monotonic() + req.timeout
-    chunks, status = [], "timeout"
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        ready, _, _ = select.select([rfd], [], [], left)
-        if not ready:
-            continue
-        data = os.read(rfd, 65536)
-        if not data:
-            status = "exited"
-            break
-        chunks.append(data)
+    chunks, status = _read_until_exit(rfd, pid, time.monotonic() + req.timeout)
     os.close(rfd)
     _kill_session(pid)
     lines = []
@@ -242,6 +229,42 @@ def _run_recheck(req: RecheckRequest) -> RecheckReply:
             item.nonce = ""
             lines.append(item)
     return RecheckReply(status=status, pid=pid, lines=lines)
+
+
+def _read_until_exit(rfd: int, pid: int, deadline: float) -> tuple[list[bytes], str]:
+    """What the recheck wrote, until it exits (its pidfd says so: a process the notebook forked may hold the pipe
+    open for minutes, and must not keep the grader waiting) or the deadline; and "exited" or "timeout"."""
+    try:
+        exited = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already (and reaped: the zygote ignores SIGCHLD)
+        exited = None
+    chunks = []
+    try:
+        while exited is not None and time.monotonic() < deadline:
+            ready, _, _ = select.select([rfd, exited], [], [], max(0.0, deadline - time.monotonic()))
+            if exited in ready:
+                break
+            if rfd in ready:
+                data = os.read(rfd, 65536)
+                if not data:
+                    return chunks, "exited"
+                chunks.append(data)
+        else:
+            if exited is not None:
+                return chunks, "timeout"
+        os.set_blocking(rfd, False)  # it exited: take what it left in the pipe (a pipe holds 64 KB), not more
+        for _ in range(16):
+            try:
+                data = os.read(rfd, 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return chunks, "exited"
+    finally:
+        if exited is not None:
+            os.close(exited)
 
 
 def _kill_session(pid: int) -> None:

@@ -12,6 +12,7 @@ and memory cgroup, so that a regression fails this test, not the machine.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -227,11 +229,20 @@ class Fence:
         joins = "; ".join(f"echo $$ > {d / 'cgroup.procs'}" for d in self.dirs.values())
         return ["/bin/sh", "-c", f'{joins}; exec "$@"', "fence"]
 
-    def remove(self) -> None:
+    def remove(self, wait_s: float = 30) -> None:
+        """Remove the fence and what the run left in it; a cgroup whose last processes are still dying (a fork
+        bomb's children, killed a moment ago) is busy for a while: waited for, up to ``wait_s``."""
+        deadline = time.monotonic() + wait_s
         for folder in self.dirs.values():
-            for child in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
-                child.rmdir()
-            folder.rmdir()
+            for child in [*sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True), folder]:
+                while True:
+                    try:
+                        child.rmdir()
+                        break
+                    except OSError as exc:
+                        if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

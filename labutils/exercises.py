@@ -361,6 +361,43 @@ NOTEBOOKS: tuple[Notebook, ...] = (
 )
 TRAIN_EXERCISES = tuple(e.id for e in EXERCISES if e.check == "check_train_one_epoch")
 
+_REFERENCE_LOOP = ("labutils.reference.loop:train_one_epoch", "labutils.reference.loop:fit",
+                   "labutils.reference.loop:optimizer_step")
+# the lab's own implementations a graded function must not hand its work to ("module:function"): the check's tracer
+# stops a call to one, however it was reached, and names it
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    **{exercise: _REFERENCE_LOOP for exercise in TRAIN_EXERCISES},
+    "evaluate": ("labutils.evaluation:evaluate", "labutils.reference.loop:evaluate", "labutils.reference.loop:fit"),
+    "checkpoint": ("labutils.checkpoint:save_checkpoint", "labutils.checkpoint:restore_checkpoint",
+                   "labutils.checkpoint:atomic_save", "labutils.checkpoint:verified_load",
+                   "labutils.checkpoint:load_latest_valid"),
+    "resume": ("labutils.reference.loop:fit", "labutils.reference.loop:train_one_epoch"),
+    "normalize": ("labutils.data:normalize",),
+    "param_groups": ("labutils.reference.optim:param_groups",),
+}
+
+
+def _settings(fast: dict | None = None, **config) -> dict:
+    return {"config": config, "fast": fast or {}}
+
+
+# each notebook's LabConfig settings in full mode, and what its fast modes (smoke, grade) change beyond
+# labutils.lesson.FAST: the notebook reads them with lesson.start(notebook_id)
+SETTINGS: dict[str, dict] = {
+    "00_data_tour": _settings(),
+    "01_baseline": _settings(epochs=5, lr=1e-3),
+    "02_scheduler": _settings(epochs=5, lr=3e-3, schedule="onecycle"),
+    "03_clipping": _settings(epochs=5, lr=3e-3, schedule="onecycle", max_norm=1.0),  # the notebook then picks 2.0
+    "04_accumulation": _settings(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, batch_size=32,
+                                 accum_steps=4),
+    "05_amp": _settings(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
+    "06_checkpointing": _settings(epochs=3, lr=3e-3, schedule="onecycle", max_norm=2.0, save_every=100, keep_last=3,
+                                  fast={"epochs": 2, "save_every": 5}),
+    "07_crash_resume": _settings(epochs=3, lr=3e-3, schedule="onecycle", save_every=100,
+                                 fast={"epochs": 3, "save_every": 7}),
+    "08_stretch": _settings(epochs=2, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
+}
+
 
 def get(exercise_id: str) -> Exercise:
     for e in EXERCISES:

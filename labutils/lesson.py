@@ -10,7 +10,7 @@ Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the 
 ``smoke`` and ``grade`` use 2,048 images and one short epoch. ``NBGRADER_EXECUTION`` (set by nbgrader while it
 validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one.
 
-Each notebook's settings are in :data:`SETTINGS`, the one place they are written: the notebook starts with
+Each notebook's settings are in :data:`SETTINGS` (written once, in the exercise registry): the notebook starts with
 ``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same stages with the reference
 loop. The numbers and figures ``make lab`` collects are :mod:`labutils.artifacts`' job; the measuring helpers are in
 :mod:`labutils.measure`, the image grid and the source diff in :mod:`labutils.display`.
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import artifacts, data
+from . import artifacts, data, exercises
 from .checkpoint import set_seed
 from .config import LabConfig
 from .memory import keep_freed_memory
@@ -43,25 +43,9 @@ MODES = ("full", "smoke", "grade")
 FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebook needs more (e.g. three epochs)
 
 
-def _notebook(fast: dict | None = None, **config) -> dict:
-    return {"config": config, "fast": fast or {}}
-
-
-# Each notebook's LabConfig settings in full mode, and what its fast modes change beyond FAST.
-SETTINGS: dict[str, dict] = {
-    "00_data_tour": _notebook(),
-    "01_baseline": _notebook(epochs=5, lr=1e-3),
-    "02_scheduler": _notebook(epochs=5, lr=3e-3, schedule="onecycle"),
-    "03_clipping": _notebook(epochs=5, lr=3e-3, schedule="onecycle", max_norm=1.0),  # the notebook then picks 2.0
-    "04_accumulation": _notebook(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, batch_size=32,
-                                 accum_steps=4),
-    "05_amp": _notebook(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
-    "06_checkpointing": _notebook(epochs=3, lr=3e-3, schedule="onecycle", max_norm=2.0, save_every=100, keep_last=3,
-                                  fast={"epochs": 2, "save_every": 5}),
-    "07_crash_resume": _notebook(epochs=3, lr=3e-3, schedule="onecycle", save_every=100,
-                                 fast={"epochs": 3, "save_every": 7}),
-    "08_stretch": _notebook(epochs=2, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
-}
+# Each notebook's LabConfig settings in full mode, and what its fast modes change beyond FAST: in the exercise
+# registry, beside the notebook's exercises and grading cost.
+SETTINGS: dict[str, dict] = exercises.SETTINGS
 
 _state: dict = {"notebook": None}
 

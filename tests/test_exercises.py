@@ -52,6 +52,16 @@ def test_registry_shape():
     assert checks.TRAIN_EXERCISES == ("baseline", "scheduler", "clipping", "accumulation", "amp")
 
 
+def test_everything_about_an_exercise_is_in_the_registry():
+    """Each exercise names what it may not call, each notebook its grading cost and run settings, in one file."""
+    from labutils import lesson
+
+    assert set(exercises.FORBIDDEN) == {e.id for e in exercises.EXERCISES}
+    assert all(exercises.FORBIDDEN[e.id] for e in exercises.EXERCISES)
+    assert set(exercises.SETTINGS) == {n.id for n in exercises.NOTEBOOKS} == {e.notebook for e in exercises.EXERCISES}
+    assert lesson.SETTINGS is exercises.SETTINGS and checks.FORBIDDEN is exercises.FORBIDDEN
+
+
 def test_lookups_fail_loudly():
     assert exercises.find("06_checkpointing", "load_checkpoint").id == "checkpoint"
     assert exercises.find("01_baseline", "evaluate").id == "evaluate"

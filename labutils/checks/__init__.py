@@ -33,7 +33,7 @@ from .report import CheckReport, Failure
 from .resumable import check_resume
 from .show import show_trace
 from .train import check_train_one_epoch
-from .world import FORBIDDEN
+from ..exercises import FORBIDDEN
 
 __all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "assert_property",
            "check_checkpoint", "check_evaluate", "check_normalize", "check_param_groups", "check_resume",

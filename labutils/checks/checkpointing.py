@@ -20,7 +20,8 @@ from ..data import normalize
 from ..trace import Tracer
 from .calling import Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
-from .world import FORBIDDEN, INIT_SCALE, SEED, _images, _tiny_model
+from ..exercises import FORBIDDEN
+from .world import INIT_SCALE, SEED, _images, _tiny_model
 
 
 @dataclass

@@ -16,7 +16,7 @@ from ..trace import Event, Tracer, mark_batches
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
-from .world import (BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
+from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
                     _tiny_model)
 
 
@@ -47,7 +47,7 @@ def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     model, reference, loader = _eval_case()
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
-    tracer = Tracer(model, forbidden=FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True, outputs=True)
+    tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True, outputs=True)
     run = _call(fn, (model, loader, device), tracer)
     view = EvalView(model, reference, batches, run, model.training, device)
     for _, event in view.forwards:

@@ -11,7 +11,8 @@ from ..data import MEAN, STD, normalize
 from ..trace import Tracer
 from .calling import _call, _check_signature, _exception_failure, _reference_failure, _show
 from .report import CheckReport, Failure, NotJudged
-from .world import FORBIDDEN, SEED, _images
+from ..exercises import FORBIDDEN
+from .world import SEED, _images
 
 
 def check_normalize(fn) -> CheckReport:

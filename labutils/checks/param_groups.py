@@ -11,7 +11,8 @@ from ..models import SmallCNN
 from ..trace import Tracer
 from .calling import _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
 from .report import CheckReport, Failure, NotJudged
-from .world import FORBIDDEN, SEED
+from ..exercises import FORBIDDEN
+from .world import SEED
 
 
 def check_param_groups(fn) -> CheckReport:

@@ -19,7 +19,8 @@ from ..trace import Tracer, mark_batches
 from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated, _reference_failure,
                       _show)
 from .report import CheckReport, Failure, NotJudged, _run_stages
-from .world import BATCH, DEVICE, FORBIDDEN, MAX_EVENTS, SEED, _images, _match, _tiny_model
+from ..exercises import FORBIDDEN
+from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
 _ARGS = exercises.get("resume")
 R_EPOCHS, R_SAVE_EVERY = (_ARGS.argument(name).values[0] for name in ("epochs", "save_every"))

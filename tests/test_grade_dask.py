@@ -249,3 +249,22 @@ def test_a_task_that_fails_every_try_is_a_clear_zero(tmp_path):
     result, _ = dist._received(Failed(), task, tmp_path)
     assert result.status == "error" and result.student == "ann"
     assert "died 4 times" in result.error and "tcp://127.0.0.1:1" in result.error
+
+
+def test_an_idle_workers_zygote_is_stopped():
+    """A client that died never unregisters its plug-in: after IDLE_S without a task the worker's zygote (torch
+    loaded) is stopped, and not before; a later task starts a new one (GraderPlugin.grade)."""
+    import threading
+
+    closed = []
+
+    class FakeZygote:
+        def close(self):
+            closed.append(True)
+
+    plugin = dist.GraderPlugin(b"template", "version", RunConfig(template_db="", work_dir="", cell_timeout=1,
+                                                                 notebook_timeout=1, memory_mb=4096, threads=1))
+    plugin.lock, plugin.zygote, plugin.address, plugin.last_used = threading.Lock(), FakeZygote(), "tcp://w:1", 100.0
+    assert not plugin.stop_if_idle(100.0 + dist.IDLE_S - 1) and not closed
+    assert plugin.stop_if_idle(100.0 + dist.IDLE_S) and closed == [True] and plugin.zygote is None
+    assert not plugin.stop_if_idle(1e9) and closed == [True]

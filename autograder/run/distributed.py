@@ -21,6 +21,8 @@ client alone writes the gradebook, the feedback, the formgrader course and the r
 - The same confinement as a local run: each worker's zygote applies the layers of
   :mod:`autograder.sandbox.isolation` that its machine allows; the client logs them per worker, and with
   ``--require-isolation`` a worker that cannot apply them all is refused, by name, with what is missing.
+- A client that dies never unregisters the plug-in: a worker's zygote with no task for :data:`IDLE_S` is stopped
+  (a task that comes later starts a new one), so a dead run does not keep torch in every worker's memory.
 - A worker that dies mid-task (killed, out of memory) has its task graded again on another worker by Dask (the
   scheduler's ``distributed.scheduler.allowed-failures``, default 3); a task that raises is retried :data:`RETRIES`
   times. A task that fails every try, or that no worker can take for :data:`STALL_S`, scores zero for that student's
@@ -49,6 +51,7 @@ from .scratch import runtime_dir
 from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, check_isolation, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
+IDLE_S = 900  # a worker's zygote with no task for this long is stopped (its client may have died); restarted on demand
 STALL_S = 600  # no worker able to grade for this long (all refused or gone): the tasks left are not graded
 POLL_S = 30  # how often the client looks for that while it waits for results
 PLUGIN_PREFIX = "looplab-grader-"
@@ -176,6 +179,25 @@ class GraderPlugin(WorkerPlugin):
         # the zygote's imports take seconds: off the event loop, so the worker keeps answering the scheduler
         await asyncio.get_running_loop().run_in_executor(None, self._warm)
         await worker.set_resources(**{self.name: 1})  # ready: the scheduler may send tasks now
+        self.last_used, self.stopping = time.monotonic(), threading.Event()
+        threading.Thread(target=self._watch_idle, name="looplab-idle-zygote", daemon=True).start()
+
+    def _watch_idle(self) -> None:
+        """A client that died never unregisters the plug-in: its zygote (torch loaded, about 1 GB) would stay on the
+        worker for good. After :data:`IDLE_S` without a task it is stopped; a task that comes later starts one."""
+        while not self.stopping.wait(min(60.0, IDLE_S / 4)):
+            self.stop_if_idle(time.monotonic())
+
+    def stop_if_idle(self, now: float) -> bool:
+        """Stop the zygote when no task came for IDLE_S; whether it did."""
+        with self.lock:
+            if self.zygote is None or now - self.last_used < IDLE_S:
+                return False
+            logger.warning("%s: no task for %.0f s (was the client stopped?): its zygote is stopped",
+                           self.address, now - self.last_used)
+            self.zygote.close()
+            self.zygote = None
+            return True
 
     def _warm(self) -> None:
         with self.lock:
@@ -210,6 +232,8 @@ class GraderPlugin(WorkerPlugin):
         self.run = replace(self.run, data_dirs=self.zygote.ready.data_dirs, cache_dir=self.zygote.ready.cache_dir)
 
     async def teardown(self, worker) -> None:
+        if getattr(self, "stopping", None) is not None:
+            self.stopping.set()
         if self.zygote is not None and self.refused is None:
             try:
                 await worker.set_resources(**{self.name: 0})
@@ -240,6 +264,7 @@ class GraderPlugin(WorkerPlugin):
             finally:
                 shutil.rmtree(inbox, ignore_errors=True)
                 shutil.rmtree(task_dir(self.work, remote.task.id), ignore_errors=True)
+                self.last_used = time.monotonic()
         # paths on this worker mean nothing to the client
         return RemoteResult(replace(result, feedback=None, autograded=None), feedback, autograded, self.address)
 

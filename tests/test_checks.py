@@ -312,8 +312,9 @@ DOUBLE_MISTAKES = {
     "clip_before_unscale": {"loop"},
     "backward_without_scale": {"autocast", "loop", "scaler_none", "unscale"},
 }
-# measured when "not judged" stopped earning points (issue 15): the mutants that lose only their own property
-ONLY_OWN_AT_LEAST = 46
+# the mutants that lose only their own property: 46 of 67 when "not judged" stopped earning points (issue 15), 53 of
+# 72 since the lab 7 and device checks were split: a change that makes more mistakes cost other properties fails
+ONLY_OWN_AT_LEAST = 53
 
 
 def _expected_properties(variant) -> set[str]:

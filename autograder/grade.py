@@ -56,7 +56,8 @@ MIN_MEMORY_MB = 3000  # below this no kernel starts: importing torch alone maps 
 
 @dataclass
 class GradeOptions:
-    jobs: int = field(default=2, metadata=_flag("-j/--jobs", "notebooks graded at once", type=int, positive=True, metavar="N"))
+    jobs: int = field(default=2, metadata=_flag("-j/--jobs", "notebooks graded at once", type=int, positive=True,
+                                                metavar="N"))
     db_url: str | None = field(default=None, metadata=_flag(
         "--db", "gradebook SQLAlchemy URL (default: sqlite:///OUT/gradebook.db)", type=str, metavar="URL"))
     cell_timeout: int = field(default=120, metadata=_flag("--timeout-cell", "seconds per cell", type=int,
@@ -68,7 +69,8 @@ class GradeOptions:
         "--memory-limit", "address-space limit per student process in MB (torch alone maps ~4 GB)", type=int,
         minimum=MIN_MEMORY_MB, why="importing torch alone maps ~4 GB of address space", metavar="MB"))
     student: str | None = field(default=None, metadata=_flag(
-        "--student", "student id when SUBMISSIONS is a single .ipynb (default: its folder's name)", type=str, metavar="ID"))
+        "--student", "student id when SUBMISSIONS is a single .ipynb (default: its folder's name)", type=str,
+        metavar="ID"))
     source: Path | None = field(default=None, metadata=_flag(
         "--source", "assignment source folder (default: ROOT/solutions/loop_lab)", type=Path, metavar="FOLDER"))
     keep_work: bool = field(default=False, metadata=_flag(

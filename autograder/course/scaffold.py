@@ -18,6 +18,7 @@ def graded_cells(exercise_id: str) -> list[dict]:
     """The exercise's graded cells as its ``solutions/`` notebook holds them (nbformat 4 cells)."""
     exercise = exercises.get(exercise_id)
     cells, n = [], len(exercise.properties)
+    functions = ", ".join(f.name for f in exercise.functions)
     for k, prop in enumerate(exercise.properties, 1):
         grade_id = exercise.grade_id(prop.id)
         points = f"{prop.points:g} point{'' if prop.points == 1 else 's'}"
@@ -29,9 +30,10 @@ def graded_cells(exercise_id: str) -> list[dict]:
                          "schema_version": 3, "solution": False, "task": False}},
             "source": "\n".join([
                 f'"""Check that {prop.title}"""',
-                f'checks.assert_property("{exercise.id}", "{prop.id}", {", ".join(f.name for f in exercise.functions)})',
+                f'checks.assert_property("{exercise.id}", "{prop.id}", {functions})',
                 "### BEGIN HIDDEN TESTS", "from autograder.hidden import verify",
-                f'verify("{exercise.notebook}", "{exercise.functions[0].name}", "{prop.id}")', "### END HIDDEN TESTS"])})
+                f'verify("{exercise.notebook}", "{exercise.functions[0].name}", "{prop.id}")',
+                "### END HIDDEN TESTS"])})
     return cells
 
 

@@ -190,7 +190,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
               "their failures. Written answers are graded by hand in the gradebook (0 in grades.csv until then).", "",
               "| notebook | test | points | failed | not handed in | most common message |",
               "|---|---|---:|---:|---:|---|"]
-    failures, concepts = {}, []
+    failures, failed_by_test, concepts = {}, {}, []
     for (nb, name), (max_points, manual) in sorted(test_max.items(), key=lambda kv: kv[1][1]):
         handed_in = [r for r in records if r["notebooks"][nb]["status"] not in ("missing", "unreadable")]
         absent = n - len(handed_in)
@@ -202,7 +202,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
                          f"{answered} answer(s) to grade by hand, {graded} graded, "
                          f"{len(tests) - answered - graded} left blank |")
             continue
-        failed = [t for t in tests if t["passed"] is False]
+        failed = failed_by_test[(nb, name)] = [t for t in tests if t["passed"] is False]
         failures[(nb, name)] = len(failed) + absent
         message = _most_common(failed)
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
@@ -210,9 +210,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
     for (nb, name), students in sorted(_missed_by_root_cause(records).items()):
         title = exercises.concept(nb, name)
         if title:
-            own = [t for r in records for t in r["tests"] if t["notebook"] == nb and t["name"] == name
-                   and t["passed"] is False]
-            concepts.append((nb, title, len(students), _most_common(own)))
+            concepts.append((nb, title, len(students), _most_common(failed_by_test.get((nb, name), []))))
     lines += _concepts_missed(concepts)
     noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
                                           if v["status"] != "missing"]) for r in records]

@@ -47,7 +47,7 @@ from autograder.channel import ExtraFile, Result, RunConfig, Task
 from autograder.course.nbgrader_setup import prepare_tools
 from autograder.layout import code_version, task_dir
 from autograder.sandbox import isolation
-from .scratch import runtime_dir
+from .scratch import passable_folder
 from .pool import KERNEL_HEADROOM_MB, GradingSetupError, OnResult, check_isolation, cost
 
 RETRIES = 2  # a task that raised (not a student's failing test: a grader error) is tried this many more times
@@ -172,8 +172,7 @@ class GraderPlugin(WorkerPlugin):
             return
         self.work = Path(worker.local_directory) / self.name
         shutil.rmtree(self.work, ignore_errors=True)
-        (self.work / "template").mkdir(parents=True)
-        os.chmod(self.work, 0o711)  # student code (another uid) reaches its own task's folder, lists nothing
+        (passable_folder(self.work) / "template").mkdir()
         (self.work / "template" / "gradebook.db").write_bytes(self.template)
         self.run = replace(self.run, template_db=str(self.work / "template" / "gradebook.db"), work_dir=str(self.work))
         # the zygote's imports take seconds: off the event loop, so the worker keeps answering the scheduler
@@ -225,7 +224,7 @@ class GraderPlugin(WorkerPlugin):
 
         warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use: noisy, not wrong
         prepare_tools()
-        os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir(self.work / "runtime"))  # the kernels' connection files
+        os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(self.work / "runtime"))  # the kernels' connection files
         self.zygote, self.spare_folder = take_spare()
         if self.zygote is None:
             self.zygote = private_zygote(self.work)

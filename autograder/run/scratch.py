@@ -24,16 +24,16 @@ YOUNG_S = 600  # a folder without its owner file this young may be a run still s
 def new_work_folder() -> tuple[Path, object]:
     """(a fresh scratch folder, the open file whose lock marks it alive: keep it open); dead runs' folders go first."""
     remove_dead_runs(Path(tempfile.gettempdir()))
-    work = Path(tempfile.mkdtemp(prefix=PREFIX))
-    os.chmod(work, 0o711)  # student code (another uid) reaches its own task's folder, lists nothing
+    work = passable_folder(Path(tempfile.mkdtemp(prefix=PREFIX)))
     owner = open(work / OWNER, "w")
     fcntl.flock(owner, fcntl.LOCK_EX)
     return work, owner
 
 
-def runtime_dir(path: Path) -> Path:
-    """The folder of the kernels' connection files (jupyter makes it 0700): one that student code, under another uid,
-    may pass through to its own kernel's file (handed to it), and list nothing in."""
+def passable_folder(path: Path) -> Path:
+    """``path``, made (0711) if missing: student code, under another uid, may pass through it to its own task's
+    folders and files (handed to it), and list nothing in it. The run's work folder, the kernels' connection files'
+    folder (jupyter would make it 0700)."""
     path.mkdir(mode=0o711, parents=True, exist_ok=True)
     os.chmod(path, 0o711)
     return path

@@ -19,7 +19,7 @@ from autograder.channel import Result, RunConfig, Task, WorkerReady
 from autograder.course.nbgrader_setup import prepare_tools
 from autograder.sandbox.client import connect
 from autograder.sandbox.policy import die_with_parent
-from .scratch import runtime_dir
+from .scratch import passable_folder
 
 
 def shared_fd() -> int | None:
@@ -42,7 +42,7 @@ def main() -> None:
         run = channel.receive(requests, RunConfig)
     except EOFError:
         return  # the parent had nothing for us
-    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir(Path(run.work_dir) / f"runtime-{os.getpid()}"))
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(Path(run.work_dir) / f"runtime-{os.getpid()}"))
     zygote = connect(run, shared_fd())
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
     for line in requests:

@@ -298,14 +298,15 @@ def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str],
     ``read_paths`` (what the sandbox policy lets it read) made reachable for it. The uid changes last: everything
     before it needs root. (It also clears the parent-death signal: set it again.)"""
     owner = student_ids() if "user" in layers and "scratch" in layers else None
+    own = [*own_paths, *binds, *([overlay] if overlay else [])]
     if "cgroup" in layers:
         join_cgroup(name, memory_mb, pids_max)
     if owner is not None:
-        hand_over([*own_paths, *binds, *([overlay] if overlay else [])], owner)
+        hand_over(own, owner)
     if "scratch" in layers:
         private_scratch(binds, overlay, scratch_mb, owner)
     if owner is not None:
-        reveal([*read_paths, *own_paths, *binds, *([overlay] if overlay else [])], owner)
+        reveal([*read_paths, *own], owner)
     if "network" in layers:
         no_network()
     if owner is not None:

@@ -237,34 +237,38 @@ def _read_until_exit(rfd: int, pid: int, deadline: float) -> tuple[list[bytes], 
     try:
         exited = os.pidfd_open(pid)
     except ProcessLookupError:  # gone already (and reaped: the zygote ignores SIGCHLD)
-        exited = None
+        return _left_in_pipe(rfd), "exited"
     chunks = []
     try:
-        while exited is not None and time.monotonic() < deadline:
-            ready, _, _ = select.select([rfd, exited], [], [], max(0.0, deadline - time.monotonic()))
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return chunks, "timeout"
+            ready, _, _ = select.select([rfd, exited], [], [], left)
             if exited in ready:
-                break
+                return chunks + _left_in_pipe(rfd), "exited"
             if rfd in ready:
                 data = os.read(rfd, 65536)
                 if not data:
                     return chunks, "exited"
                 chunks.append(data)
-        else:
-            if exited is not None:
-                return chunks, "timeout"
-        os.set_blocking(rfd, False)  # it exited: take what it left in the pipe (a pipe holds 64 KB), not more
-        for _ in range(16):
-            try:
-                data = os.read(rfd, 65536)
-            except BlockingIOError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        return chunks, "exited"
     finally:
-        if exited is not None:
-            os.close(exited)
+        os.close(exited)
+
+
+def _left_in_pipe(rfd: int) -> list[bytes]:
+    """What an exited writer left in the pipe (a pipe holds 64 KB), not what its orphans may still send."""
+    os.set_blocking(rfd, False)
+    chunks = []
+    for _ in range(16):
+        try:
+            data = os.read(rfd, 65536)
+        except BlockingIOError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return chunks
 
 
 def _kill_session(pid: int) -> None:

@@ -20,7 +20,6 @@ from ..data import normalize
 from ..trace import Tracer
 from .calling import Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
-from ..exercises import FORBIDDEN
 from .world import INIT_SCALE, SEED, _images, _tiny_model
 
 
@@ -240,7 +239,7 @@ def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
     a = _ckpt_objects(SEED, scaler=False)
     _train_steps(a, batches)
     path = folder / "no-scaler.pt"
-    forbidden = FORBIDDEN["checkpoint"]
+    forbidden = exercises.FORBIDDEN["checkpoint"]
     save = _call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden))
     if save.error is not None:
         return _exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
@@ -263,7 +262,7 @@ def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     a = _ckpt_objects(SEED)
     _train_steps(a, batches)
-    forbidden, given = FORBIDDEN["checkpoint"], f" with step={step}, path={str(path)!r}"
+    forbidden, given = exercises.FORBIDDEN["checkpoint"], f" with step={step}, path={str(path)!r}"
     save = _call(save_fn, (str(path), a.model, a.optimizer, a.scheduler, a.scaler, step), Tracer(forbidden=forbidden))
     if save.error is not None:
         return _exception_failure("save_checkpoint", save_fn, save.error, given)
@@ -290,7 +289,7 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     ok = _check_signature(report, save_fn, "checkpoint", "save_checkpoint")
     if not (_check_signature(report, load_fn, "checkpoint", "load_checkpoint") and ok):
         return report
-    forbidden = FORBIDDEN["checkpoint"]
+    forbidden = exercises.FORBIDDEN["checkpoint"]
     with _isolated(), tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(SEED)
         batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]

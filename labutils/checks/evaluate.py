@@ -47,7 +47,8 @@ def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     model, reference, loader = _eval_case()
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
-    tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True, outputs=True)
+    tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True,
+                    outputs=True)
     run = _call(fn, (model, loader, device), tracer)
     view = EvalView(model, reference, batches, run, model.training, device)
     for _, event in view.forwards:

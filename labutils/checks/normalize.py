@@ -11,7 +11,6 @@ from ..data import MEAN, STD, normalize
 from ..trace import Tracer
 from .calling import _call, _check_signature, _exception_failure, _reference_failure, _show
 from .report import CheckReport, Failure, NotJudged
-from ..exercises import FORBIDDEN
 from .world import SEED, _images
 
 
@@ -31,7 +30,7 @@ def _judge(report: CheckReport, fn, n: int, when: str) -> bool:
     images = _images(n, SEED)
     images[0, 0, :2] = torch.tensor([0, 255], dtype=torch.uint8)  # both ends of the range
     given = images.clone()
-    run = _call(fn, (given,), Tracer(forbidden=FORBIDDEN["normalize"]))
+    run = _call(fn, (given,), Tracer(forbidden=exercises.FORBIDDEN["normalize"]))
     if run.reference is not None:
         report.failures.append(_reference_failure("normalize_images", run.reference))
         return False

@@ -11,7 +11,6 @@ from ..models import SmallCNN
 from ..trace import Tracer
 from .calling import _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
 from .report import CheckReport, Failure, NotJudged
-from ..exercises import FORBIDDEN
 from .world import SEED
 
 
@@ -32,7 +31,7 @@ def check_param_groups(fn) -> CheckReport:
 
 def _judge(report: CheckReport, fn, model, wd: float) -> bool:
     names = {id(p): n for n, p in model.named_parameters()}
-    run = _call(fn, (model, wd), Tracer(forbidden=FORBIDDEN["param_groups"]))
+    run = _call(fn, (model, wd), Tracer(forbidden=exercises.FORBIDDEN["param_groups"]))
     if run.reference is not None:
         report.failures.append(_reference_failure("param_groups", run.reference))
         return False

@@ -19,7 +19,6 @@ from ..trace import Tracer, mark_batches
 from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated, _reference_failure,
                       _show)
 from .report import CheckReport, Failure, NotJudged, _run_stages
-from ..exercises import FORBIDDEN
 from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
 _ARGS = exercises.get("resume")
@@ -84,7 +83,8 @@ def _resume_objects(images, labels):
 def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
     model, optimizer, scheduler, loader = _resume_objects(images, labels)
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
-    tracer = Tracer(model, optimizer, scheduler, forbidden=FORBIDDEN["resume"], max_events=MAX_EVENTS, devices=True)
+    tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
+                    devices=True)
     run = _call(fn, args, tracer, {"on_step": log})
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 

@@ -43,9 +43,6 @@ REAPER = Path(__file__).parent / "autograder_cases" / "reaper.py"
 LATER = 60  # seconds after the grader's exit when OUT is compared again: nothing may rewrite it
 pytestmark = pytest.mark.autograder
 
-RECHECK_FIX = pytest.mark.needs_fix("the recheck (autograder/hidden/recheck.py, zygote.py): verdicts on a channel student "
-                                    "code cannot write")
-
 
 # --- the hostile class, graded once ------------------------------------------------------------------------------------
 
@@ -198,7 +195,6 @@ def test_grades_and_out_are_unchanged_a_minute_later(hostile):
 
 @pytest.mark.slow
 @needs_solutions
-@RECHECK_FIX
 def test_forged_verdict_lines_score_nothing(hostile):
     points = hostile.auto_points(doors.FORGER, "02_scheduler")
     assert points and all(p == 0 for p in points.values()), f"a release notebook scored by forged verdicts: {points}"

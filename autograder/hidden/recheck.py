@@ -1,29 +1,41 @@
-"""Re-run a notebook's hidden tests outside the student's kernel, on pristine imports.
+"""Re-run a notebook's hidden tests outside the student's kernel: observed where student code runs, judged where none
+ever did.
 
-Runs in a sandboxed fork of the zygote (:mod:`autograder.sandbox.zygote`), whose modules were imported before any student
-code existed. It re-executes the notebook's code cells in order, skipping the instructor's test cells, and at each test
-cell that needs it runs the hidden check:
+Runs in a sandboxed fork of the zygote (:mod:`autograder.sandbox.zygote`), whose modules were imported before any
+student code existed. That process becomes the **judge**: it makes itself impossible to trace or read
+(``PR_SET_DUMPABLE`` 0), forks the **observer**, and never runs a line of the notebook.
 
-1. the check function is the one captured at start-up (the notebook may have replaced ``labutils.checks.*``);
-2. right before the check, every attribute of torch, numpy, labutils, the checks and a few stdlib modules (and of the
-   classes they define) is put back to its start-up value, so a cell that monkeypatched them gains nothing;
-3. right after, the same attributes are compared again: a student function that patched torch or labutils while it
-   was being checked fails, with the name of what it changed.
+- The observer closes the judge's result descriptor, then re-executes the notebook's code cells in order, skipping
+  the instructor's test cells; at each test cell it runs the hidden checks on the student's functions, on pristine
+  modules: every attribute of torch, numpy, labutils, the checks and a few stdlib modules (and of the classes they
+  define) is put back to its start-up value before the check, and compared again after it (a function that patched
+  them while being checked is named). Each call of a student function is sent to the judge as a record
+  (:mod:`labutils.checks.evidence`): what was traced, returned, raised, and left in the objects and folders it was given.
+- The judge runs the same checks on its own objects, with each call's record in place of the call, judges, and
+  writes one :class:`~autograder.channel.CheckLine` per hidden test to the zygote's pipe, the one descriptor the
+  observer never had.
 
-Results are :class:`~autograder.channel.CheckLine` messages written to a pipe the zygote reads; a process that dies
-or hangs yields no line, which the grader counts as a failure.
+So student code can send the judge evidence, never a verdict: forged records must be those of a correct run, step by
+step, or they judge as what they are. A record that does not fit the check, an observer that dies or hangs, and a
+check the observer never reached are failures with the reason.
 """
 
 from __future__ import annotations
 
+import ctypes
+import inspect
 import os
 import signal
 import sys
 import time
+import traceback
 
 from autograder.hidden import verifier as hidden
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
+from labutils.checks import evidence
 from .snapshot import Snapshot
+
+_PR_SET_DUMPABLE = 4
 
 
 class CellTimeout(Exception):
@@ -45,23 +57,53 @@ def make_shell():
 
 
 def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
-    """Execute the spec's cells, run the hidden checks at test cells, write one JSON line per check to ``out_fd``.
+    """Judge the spec's hidden tests on what an observer child saw; one JSON line per check to ``out_fd``.
 
-    Every line carries ``nonce`` (made by the zygote right before the fork, never written anywhere), so a notebook
-    that prints look-alike result lines to the pipe and exits is not believed.
+    Every line carries ``nonce`` (made by the zygote right before the fork, never written anywhere).
     """
-    snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
-    # bound now, before any student code runs: later changes to these classes or modules cannot reach them
-    restore, tampered, run_check, monotonic = snapshot.restore, snapshot.tampered, hidden.run_check, time.monotonic
-    line_of, verdict = encode, CheckLine
-    import labutils.checks as checks_module
-
-    checks = sys.modules["labutils.checks"]
-    assert checks is checks_module
-    out = os.fdopen(out_fd, "wb", buffering=0)
-    write = out.write
     with open(spec_path, "rb") as f:
         spec = decode(f.read(), RecheckSpec)
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the observer can neither ptrace nor read this process
+    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]  # nothing it writes is imported
+    sys.dont_write_bytecode = True
+    records_r, records_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(records_r)
+            os.close(out_fd)
+            from autograder.sandbox import policy
+
+            policy.die_with_parent()
+            observe(spec, records_w)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(records_w)
+    try:
+        judge(spec, records_r, out_fd, nonce)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+
+
+# --- the observer: student code runs here ---------------------------------------------------------------------------
+
+
+def observe(spec: RecheckSpec, fd: int) -> None:
+    """Execute the cells; at each test cell run its checks, sending every call's record (and a begin and an end per
+    check) to ``fd``."""
+    snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
+    restore, tampered, run_check = snapshot.restore, snapshot.tampered, hidden.run_check
+    import labutils.checks as checks
+
+    observer = evidence.Observer(fd)
     shell = make_shell()
     cache: dict = {}  # one check run shared by the tests of one function (a local: no cell can reach it)
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -70,19 +112,19 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
         if cell.grade_id is not None:
             for call in cell.checks:
                 call = tuple(call)
-                started = monotonic()
                 restore()
-                passed, message = run_check(call, shell.user_ns, checks, cache)
+                begin = _begin(call, shell.user_ns, cache)
+                observer.message(begin)
+                error = None
+                if begin["problem"] is None:
+                    try:
+                        with evidence.playing(observer):
+                            run_check(call, shell.user_ns, checks, cache)
+                    except BaseException as exc:  # sys.exit in the function, a cell's alarm: the end says so
+                        error = f"{type(exc).__name__}: {exc}"[:300]
                 changed = tampered()
-                if changed:
-                    passed = False
-                    message = (
-                        f"{call[1]} changed {', '.join(sorted(changed)[:5])} while it was being checked; "
-                        "functions that modify torch or labutils are not accepted."
-                    )
                 restore()
-                write(line_of(verdict(grade_id=cell.grade_id, call=list(call), passed=passed is True,
-                                      message=str(message), seconds=round(monotonic() - started, 3), nonce=nonce)))
+                observer.message({"end": list(call), "tampered": changed, "error": error})
         elif cell.run:
             if cell_timeout:
                 signal.setitimer(signal.ITIMER_REAL, cell_timeout)
@@ -92,4 +134,117 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
                 print(f"recheck: cell {cell.index} stopped: {exc!r}", file=sys.stderr)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _begin(call: tuple, namespace: dict, cache: dict) -> dict:
+    """What the judge needs before a check: the functions' signatures, or why they cannot be checked."""
+    from labutils.checks import properties
+
+    fns, problem = hidden.find_functions(call[0], call[1], namespace)
+    fresh = True
+    if fns and len(call) > 2:
+        fresh = not properties.is_cached(hidden.contract(call[0], call[1]).id, tuple(fns), cache)
+    return {"begin": list(call), "problem": problem, "fresh": fresh,
+            "functions": [[getattr(e, "name", ""), _signature(fn)] for e, fn in
+                          zip(hidden.contract(call[0], call[1]).functions, fns)]}
+
+
+def _signature(fn) -> list | None:
+    """[name, kind, has a default] per parameter, or None when Python cannot tell (a builtin)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return [[p.name, int(p.kind), p.default is not p.empty] for p in sig.parameters.values()]
+
+
+# --- the judge: no student code ever runs here ----------------------------------------------------------------------
+
+
+class Observed:
+    """Stands in, in the judge, for a student function that exists only in the observer: its signature, no code."""
+
+    def __init__(self, name: str, signature):
+        self.__name__ = name
+        self.__signature__ = _rebuilt(signature) if signature is not None else "unknown"
+
+    def __call__(self, *args, **kwargs):
+        raise evidence.EvidenceError("the judge never runs student code")
+
+
+def _rebuilt(signature) -> inspect.Signature:
+    params = [inspect.Parameter(str(name), inspect._ParameterKind(int(kind)),
+                                default=None if has_default else inspect.Parameter.empty)
+              for name, kind, has_default in signature]
+    return inspect.Signature(params)
+
+
+def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str) -> None:
+    """Judge every hidden test of ``spec`` in order from the observer's records on ``fd``; verdicts to ``out_fd``."""
+    import labutils.checks as checks
+
+    records = evidence.Judge(fd)
+    out = os.fdopen(out_fd, "wb", buffering=0)
+    cache: dict = {}
+    functions: dict[str, dict] = {}  # exercise id -> the stand-ins of its last fresh check (a cached report's key)
+    for cell in spec.cells:
+        for call in cell.checks if cell.grade_id is not None else ():
+            call = tuple(call)
+            started = time.monotonic()
+            try:
+                passed, message = _judge_one(records, call, checks, cache, functions)
+            except evidence.EvidenceError as exc:
+                passed, message = False, _unreadable(call, exc)
+            out.write(encode(CheckLine(grade_id=cell.grade_id, call=list(call), passed=passed is True,
+                                       message=str(message), seconds=round(time.monotonic() - started, 3),
+                                       nonce=nonce)))
     out.close()
+
+
+def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functions: dict) -> tuple[bool, str]:
+    begin = records.message()
+    if begin is None:
+        return False, (f"the grader's re-run of the notebook stopped before {hidden.describe(call)} (an earlier cell "
+                       "exited, crashed or ran out of time): no points for it. Run the notebook top to bottom.")
+    if not isinstance(begin, dict) or begin.get("begin") != list(call):
+        raise evidence.EvidenceError("the observer is not at this test")
+    if begin.get("problem") is not None:
+        _end(records)
+        return False, str(begin["problem"])
+    exercise = hidden.contract(call[0], call[1])
+    if begin.get("fresh") is not False or exercise.id not in functions:
+        functions[exercise.id] = {str(name): Observed(str(name), sig) for name, sig in begin.get("functions", [])}
+    with evidence.playing(records):
+        passed, message = hidden.run_check(call, functions[exercise.id], checks, cache, guard=False)
+    end, extra = _end(records)
+    if end.get("tampered"):
+        return False, (f"{call[1]} changed {', '.join(sorted(map(str, end['tampered']))[:5])} while it was being "
+                       "checked; functions that modify torch or labutils are not accepted.")
+    if end.get("error") and not passed:
+        return False, (f"{call[1]} did not return in the grader's re-run of the notebook ({end['error']}): fix that "
+                       "first, then it is judged.")
+    if extra:
+        return False, _unreadable(call, "the observer made calls this check did not")
+    return passed, message
+
+
+def _end(records: evidence.Judge) -> tuple[dict, bool]:
+    """The observer's end of the current check, and whether records the judge did not use came before it."""
+    extra = False
+    while True:
+        try:
+            item = records.message()
+        except evidence.EvidenceError:
+            extra = True
+            continue
+        if item is None:
+            raise evidence.EvidenceError("the observer stopped inside the check")
+        if isinstance(item, dict) and "end" in item:
+            return item, extra
+        extra = True
+
+
+def _unreadable(call: tuple, why) -> str:
+    return (f"{hidden.describe(call)} could not be judged: the grader's re-run of the notebook sent evidence that does "
+            f"not fit its check ({why}). Code that writes to the grader's channels earns nothing; run the notebook "
+            "as it is meant to run.")

@@ -88,13 +88,15 @@ def describe(call: VerifyCall) -> str:
     return f"the hidden test of {call[1]}"
 
 
-def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict | None = None) -> tuple[bool, str]:
+def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict | None = None,
+              guard: bool = True) -> tuple[bool, str]:
     """(passed, verdict text) of the hidden test ``call`` on the functions found in ``namespace``.
 
     ``call`` is (notebook_id, function_name) for the whole check, or (notebook_id, function_name, property_id) for one
     graded property (labutils.checks.properties: one check run shared by all of them, the rule for a mistake
     upstream). ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook); without
-    one, the kernel-side memo of labutils.checks.properties is used.
+    one, the kernel-side memo of labutils.checks.properties is used. ``guard=False``: no student code runs in this
+    process (the recheck's judge), so there is nothing to watch for patches.
     """
     notebook_id, function_name = call[:2]
     spec = contract(notebook_id, function_name)
@@ -110,7 +112,7 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
     snapshot = None
     # the grader's recheck: a report made while torch was patched is dropped. A report already in the cache was
     # guarded when it was made, and answering from it runs no student code: no snapshot (0.2 s each) for it.
-    if len(call) > 2 and cache is not None and not properties.is_cached(spec.id, tuple(fns), cache):
+    if guard and len(call) > 2 and cache is not None and not properties.is_cached(spec.id, tuple(fns), cache):
         from .snapshot import Snapshot
 
         snapshot = Snapshot()

@@ -10,14 +10,17 @@ import inspect
 import linecache
 import numbers
 import random
+import tempfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
+from . import evidence
 from .report import CheckReport, Failure
 from .. import exercises
 
@@ -44,10 +47,14 @@ class Run:
 
 
 def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
+    kwargs = kwargs or {}
+    role = evidence.ROLE
+    if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
+        return _recorded(role.record(args, kwargs), tracer)
     run = Run(tracer.events, moves=tracer.moves)
     with tracer:
         try:
-            run.result = fn(*args, **(kwargs or {}))
+            run.result = fn(*args, **kwargs)
         except ReferenceCalled as exc:
             run.reference = exc.name
         except SimulatedCrash:
@@ -56,7 +63,53 @@ def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
             run.error = exc
     if run.reference is None:
         run.reference = next((e.info["name"] for e in run.events if e.kind == "reference"), None)
+    if isinstance(role, evidence.Observer):
+        role.after_call({"events": run.events, "result": run.result, "reference": run.reference,
+                         "crashed": run.crashed, "moves": run.moves,
+                         "error": None if run.error is None else _error_facts(fn, run.error)}, args, kwargs)
     return run
+
+
+class ObservedError(Exception):
+    """An exception the student's function raised in the grader's observer process, as the judge knows it: the
+    facts a message needs (type, line, source, text), never the object."""
+
+    def __init__(self, facts: dict):
+        super().__init__(facts["text"])
+        self.facts = facts
+
+
+def _recorded(record, tracer: Tracer) -> Run:
+    """The judge's Run of a call, from the observer's record (checked to be what a Run holds)."""
+    if not isinstance(record, dict):
+        raise evidence.EvidenceError("a call's record is not a dict")
+    events, moves, error = record.get("events"), record.get("moves"), record.get("error")
+    reference = record.get("reference")
+    if not (isinstance(events, list) and all(isinstance(e, Event) for e in events)
+            and isinstance(moves, list) and all(isinstance(m, torch.device) for m in moves)
+            and (reference is None or isinstance(reference, str))
+            and (error is None or isinstance(error, dict) and _facts_ok(error))):
+        raise evidence.EvidenceError("a call's record does not describe a run")
+    tracer.events[:] = events
+    tracer.moves[:] = moves
+    return Run(tracer.events, result=record.get("result"), error=None if error is None else ObservedError(error),
+               reference=reference, crashed=record.get("crashed") is True, moves=tracer.moves)
+
+
+def _facts_ok(facts: dict) -> bool:
+    return (all(isinstance(facts.get(k), str) for k in ("type", "source", "text"))
+            and (facts.get("line") is None or type(facts.get("line")) is int))
+
+
+@contextmanager
+def _scratch():
+    """A temporary folder for a check's files; under the grader's recheck, one the observer and judge keep alike."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if evidence.ROLE is None:
+            yield Path(tmp)
+        else:
+            with evidence.ROLE.folder(Path(tmp)) as folder:
+                yield folder
 
 
 @contextmanager
@@ -75,20 +128,26 @@ def _isolated():
             np.random.set_state(np_state)
 
 
-def _exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
-    """'train_one_epoch raised KeyError at line 7 (`...`): ...' pointing into the student's code, not torch's."""
+def _error_facts(fn, exc: BaseException) -> dict:
+    """Where the student's code raised ``exc`` (the line in their function, not torch's) and what it said."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     line, tb = None, exc.__traceback__
     while tb is not None:
         if code is not None and tb.tb_frame.f_code.co_filename == code.co_filename:
             line = tb.tb_lineno
         tb = tb.tb_next
+    source = linecache.getline(code.co_filename, line).strip() if line is not None else ""
+    return {"type": type(exc).__name__, "line": None if line is None else line - code.co_firstlineno + 1,
+            "source": source, "text": (str(exc).strip().splitlines() or [""])[0][:300]}
+
+
+def _exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
+    """'train_one_epoch raised KeyError at line 7 (`...`): ...' pointing into the student's code, not torch's."""
+    facts = exc.facts if isinstance(exc, ObservedError) else _error_facts(fn, exc)
     where = ""
-    if line is not None:
-        source = linecache.getline(code.co_filename, line).strip()
-        where = f" at line {line - code.co_firstlineno + 1} of {name}" + (f" (`{source}`)" if source else "")
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
-    return Failure("exception", f"{name}{when} raised {type(exc).__name__}{where}: {text}")
+    if facts["line"] is not None:
+        where = f" at line {facts['line']} of {name}" + (f" (`{facts['source']}`)" if facts["source"] else "")
+    return Failure("exception", f"{name}{when} raised {facts['type']}{where}: {facts['text']}")
 
 
 def _reference_failure(name: str, reference: str) -> Failure:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import numbers
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from .. import exercises
 from ..checkpoint import compare_states
 from ..data import normalize
 from ..trace import Tracer
-from .calling import Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
+from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _scratch,
+                      _show)
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
 from .world import INIT_SCALE, SEED, _images, _tiny_model
 
@@ -290,7 +290,7 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     if not (_check_signature(report, load_fn, "checkpoint", "load_checkpoint") and ok):
         return report
     forbidden = exercises.FORBIDDEN["checkpoint"]
-    with _isolated(), tempfile.TemporaryDirectory() as tmp:
+    with _isolated(), _scratch() as tmp:
         torch.manual_seed(SEED)
         batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]
         a = _ckpt_objects(SEED)

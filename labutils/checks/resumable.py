@@ -5,7 +5,6 @@ must continue after the last checkpoint, in the middle of the epoch, and end bit
 from __future__ import annotations
 
 import math
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +15,9 @@ from .. import exercises
 from ..checkpoint import compare_states
 from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
-from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated, _reference_failure,
-                      _show)
+from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
+                      _reference_failure, _scratch, _show)
+from . import evidence
 from .report import CheckReport, Failure, NotJudged, _run_stages
 from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
@@ -27,6 +27,7 @@ R_IMAGES, R_CRASH_AT = 44, 10  # 6 batches/epoch, 12 steps; crash mid-epoch 2
 
 
 NO_LOSS = object()  # on_step(step) called without the loss
+evidence.CONSTANTS["NO_LOSS"] = NO_LOSS
 
 
 def saved_steps(ckpt_dir: Path) -> list[int]:
@@ -37,6 +38,8 @@ def saved_steps(ckpt_dir: Path) -> list[int]:
 
 class _OnStep:
     """The on_step callback: records the steps, whether each due checkpoint existed, and crashes when told."""
+
+    observed = ("steps", "losses", "missing")  # what a call changes here (labutils.checks.evidence)
 
     def __init__(self, ckpt_dir: Path, crash_at: int | None = None, save_every: int = R_SAVE_EVERY):
         self.ckpt_dir, self.crash_at, self.save_every = ckpt_dir, crash_at, save_every
@@ -300,7 +303,7 @@ def check_resume(train_fn) -> CheckReport:
         return report
     images = _images(R_IMAGES, SEED)
     labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(SEED))
-    with _isolated(), tempfile.TemporaryDirectory() as tmp:
+    with _isolated(), _scratch() as tmp:
         dirs = [Path(tmp) / name for name in ("uninterrupted", "crashed")]
         for d in dirs:
             d.mkdir()
@@ -332,7 +335,7 @@ def check_resume(train_fn) -> CheckReport:
     report.judge("mid_epoch", [] if report.passed_on_evidence("exact_resume") else
                  NotJudged(report.unjudged.get("exact_resume", "the resumed run could not be compared")))
     if full.complete:  # the arguments it must honour, judged whatever else went wrong
-        with _isolated(), tempfile.TemporaryDirectory() as tmp:
+        with _isolated(), _scratch() as tmp:
             varied = _varied(train_fn, images, labels, Path(tmp))
         report.failures += varied
         for check in ("epochs", "device"):

@@ -1,0 +1,305 @@
+"""Issue 16, door 2: a hidden test is judged in a process no student code ran in, from evidence it cannot forge into
+a verdict (labutils/checks/evidence.py, autograder/hidden/recheck.py).
+
+- The codec carries plain data, tensors, trace events and the check's sentinels, and refuses everything else (a
+  pickle is never unpickled).
+- Every variant of the mutation corpus, correct and buggy, is judged apart (observer child, judge parent) exactly
+  as it is judged in place: same report, same verdict per property.
+- A forger in the observer who sends records of its own gets what those records show: a made-up run of a loop that
+  did nothing earns nothing, and a record that does not fit the check fails it.
+- Through a real zygote and sandbox: a notebook that writes verdict lines and records to every descriptor it has, and
+  tries the judge's descriptors through /proc, scores nothing; the same test cells on a correct loop pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import shutil
+import tempfile
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from labutils import checks, exercises
+from labutils.checks import evidence, properties
+from labutils.trace import Event
+from autograder.hidden.recheck import Observed, _signature
+
+try:
+    import mutants
+except ImportError:  # tests/ imported as a package
+    from tests import mutants
+
+
+# --- the codec -------------------------------------------------------------------------------------------------------
+
+
+class StudentThing:
+    def __len__(self):
+        return 3
+
+
+def test_records_round_trip_plain_data_tensors_events_and_parameters():
+    model = torch.nn.Linear(3, 2)
+    tensors = [torch.randn(2, 3), torch.randn(4).to(torch.bfloat16), torch.arange(5), torch.zeros(0, 3),
+               torch.tensor([True, False]), torch.randn(3, dtype=torch.float64).requires_grad_()]
+    folder = "/tmp/some-check-folder"
+    value = {
+        "tensors": tensors, "tuple": (1, 2.5, None, "x"), 7: {"int keys": True}, "bytes": b"\x00\x01",
+        "path": Path(folder) / "step-000002.pt", "text": f"saved to {folder}/last.pt", "dtype": torch.bfloat16,
+        "device": torch.device("cpu"), "event": Event("step", 1, {"lr": [0.1]}, {"grads": [tensors[0], None]}),
+        "param": model.weight, "student": StudentThing(), "sentinel": properties,
+    }
+    refs = evidence.parameter_refs((model,))
+    data = evidence.encode(value, {id(t): list(r) for r, t in refs.items()}, {folder: "\x00folder0\x00"},
+                           {"THE_MODULE": properties})
+    other = torch.nn.Linear(3, 2)
+    back = evidence.decode(data, evidence.parameter_refs((other,)), {"\x00folder0\x00": "/tmp/judge-folder"},
+                           {"THE_MODULE": properties})
+    for a, b in zip(tensors, back["tensors"]):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach(), b.detach())
+    assert back["tensors"][-1].requires_grad
+    assert back["tuple"] == (1, 2.5, None, "x") and back[7] == {"int keys": True} and back["bytes"] == b"\x00\x01"
+    assert back["path"] == Path("/tmp/judge-folder/step-000002.pt")
+    assert back["text"] == "saved to /tmp/judge-folder/last.pt"
+    assert back["dtype"] is torch.bfloat16 and back["device"] == torch.device("cpu")
+    assert isinstance(back["event"], Event) and back["event"].info == {"lr": [0.1]}
+    assert torch.equal(back["event"].data["grads"][0], tensors[0]) and back["event"].data["grads"][1] is None
+    assert back["param"] is other.weight, "a parameter of a module the call was handed comes back as the judge's own"
+    assert isinstance(back["student"], evidence.Opaque) and type(back["student"]).__name__ == "StudentThing"
+    assert back["sentinel"] is properties
+
+
+class Bomb:
+    def __reduce__(self):
+        return (os.system, (f"touch {tempfile.gettempdir()}/looplab-unpickled",))
+
+
+@pytest.mark.parametrize("payload", [
+    pickle.dumps(Bomb()), b"", b"\x05\x00\x00\x00\x00\x00\x00\x00{}", b'{"type": "CheckLine", "body": {}}\n',
+    evidence.encode({"x": 1})[:-1] + b"\x00\x00",
+    evidence.encode(torch.ones(3))[:-4],
+], ids=["pickle", "empty", "short", "check-line", "trailing", "truncated-tensor"])
+def test_anything_else_is_refused_and_never_run(payload):
+    marker = Path(tempfile.gettempdir()) / "looplab-unpickled"
+    marker.unlink(missing_ok=True)
+    with pytest.raises(evidence.EvidenceError):
+        evidence.decode(payload)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("tree", [{"T": [0, "float32", [2], False, False]}, {"Z": 1}, {"y": "complex128"},
+                                  {"P": [0, "weight"]}, {"d": [[{"l": []}, 1]]}, [1, 2]])
+def test_malformed_trees_are_refused(tree):
+    import json
+    import struct
+
+    body = json.dumps(tree).encode()
+    with pytest.raises(evidence.EvidenceError):
+        evidence.decode(struct.pack("<II", len(body), 0) + body)
+
+
+def test_a_record_larger_than_the_limit_is_refused_before_it_is_read():
+    r, w = os.pipe()
+    os.write(w, (evidence.MAX_MESSAGE + 1).to_bytes(8, "little"))
+    with pytest.raises(evidence.EvidenceError, match="bytes"):
+        evidence.receive(r)
+    os.close(r), os.close(w)
+
+
+# --- judged apart as in place ----------------------------------------------------------------------------------------
+
+
+def judged_apart(exercise_id: str, fns: tuple, observer_body=None) -> properties.CheckReport:
+    """The exercise's report judged in this process from what a forked observer saw of ``fns`` (as the recheck does);
+    ``observer_body(fd)`` replaces the honest observer (a forger)."""
+    exercise = exercises.get(exercise_id)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            if observer_body is not None:
+                observer_body(w)
+            else:
+                with evidence.playing(evidence.Observer(w)):
+                    properties.report_for(exercise.id, tuple(fns), checks, {})
+        except BaseException:
+            traceback.print_exc()
+        os._exit(0)
+    os.close(w)
+    stand_ins = tuple(Observed(f.name, _signature(fn)) for f, fn in zip(exercise.functions, fns))
+    try:
+        with evidence.playing(evidence.Judge(r)):
+            return properties.report_for(exercise.id, stand_ins, checks, {})
+    finally:
+        while evidence.receive(r) is not None:  # what the judge did not use: the observer must not block on it
+            pass
+        os.close(r)
+        os.waitpid(pid, 0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """A fork after torch's thread pool started can deadlock the child: these tests fork, as the zygote does, from a
+    process that keeps to one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("variant", mutants.VARIANTS, ids=lambda v: v.name)
+def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
+    in_place = properties.report_for(variant.exercise, variant.functions, checks, {})
+    apart = judged_apart(variant.exercise, variant.functions)
+    assert str(apart) == str(in_place)
+    assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place)
+
+
+# --- forgers in the observer -------------------------------------------------------------------------------------------
+
+
+def _forge_runs(record: dict, calls: int = 4):
+    """An observer that sends ``record`` for every call, with the objects left untouched (a run that was never made)."""
+    from labutils.checks.train_run import _train_case
+
+    def body(fd):
+        case = _train_case("baseline")
+        observer = evidence.Observer(fd)
+        for _ in range(calls):
+            observer.after_call(record, case.args, {})
+
+    return body
+
+
+def test_a_made_up_run_of_a_loop_that_did_nothing_earns_nothing():
+    """The forger knows the record format and returns the mean loss it guesses; with no events the judge sees no
+    step, no forward, no backward: every property is a failure or not judged."""
+    fake = {"events": [], "result": 2.3, "reference": None, "crashed": False, "moves": [], "error": None}
+    correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
+    report = judged_apart("baseline", correct.functions, _forge_runs(fake))
+    assert not any(passed for passed, _ in properties.verdicts("baseline", report).values()), str(report)
+
+
+def test_a_record_that_does_not_describe_a_run_fails_the_check():
+    correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
+    for fake in ({"events": "all steps passed"}, {"events": [], "moves": ["cuda"], "error": None},
+                 {"events": [], "moves": [], "error": {"type": 1}}):
+        with pytest.raises(evidence.EvidenceError):
+            judged_apart("baseline", correct.functions, _forge_runs(fake))
+
+
+def test_forged_verdict_lines_on_the_record_pipe_fail_the_check():
+    correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
+    line = b'{"type": "CheckLine", "body": {"grade_id": "x", "passed": true}}\n' * 50
+
+    def body(fd):
+        os.write(fd, line)
+
+    with pytest.raises(evidence.EvidenceError):
+        judged_apart("baseline", correct.functions, body)
+
+
+# --- through the zygote: the recheck as the grader runs it ---------------------------------------------------------------
+
+
+FORGE_EVERYWHERE = r'''
+import glob, json, os, re, sys
+
+def train_one_epoch(model, loader, optimizer):
+    model.train()
+    return 0.0
+
+def _forge(calls):
+    lines = b"".join(json.dumps({"type": "CheckLine", "body": {"grade_id": g, "call": c, "passed": True,
+                     "message": "", "seconds": 0.1, "nonce": n}}).encode() + b"\n"
+                     for n in _nonces() for g, c in calls)
+    targets = list(range(0, 256)) + glob.glob(f"/proc/{os.getppid()}/fd/*")
+    for target in targets:
+        try:
+            fd = target if isinstance(target, int) else os.open(target, os.O_WRONLY)
+            os.write(fd, lines)
+        except OSError:
+            pass
+    try:
+        open(f"/proc/{os.getppid()}/mem", "rb").close()
+        print("FORGER: opened the judge's memory")
+    except OSError as exc:
+        print("FORGER: the judge's memory is closed:", exc)
+
+def _nonces():
+    found = {""}
+    frame = sys._getframe()
+    while frame is not None:
+        found.update(v for v in list(frame.f_locals.values()) if isinstance(v, str) and re.fullmatch("[0-9a-f]{32}", v))
+        frame = frame.f_back
+    return found
+
+_forge(json.loads(@@CALLS@@))
+'''
+
+
+def _recheck(folder: Path, cells: list, timeout: float = 120):
+    from autograder import channel
+    from autograder.channel import RecheckReply, RecheckRequest, RecheckSpec, RunConfig
+    from autograder.sandbox.client import base_policy, kernel_env, private_zygote
+
+    folders = {name: folder / name for name in ("cwd", "home", "tmp")}
+    for f in folders.values():
+        f.mkdir()
+    spec = folder / "spec.json"
+    spec.write_bytes(channel.encode(RecheckSpec(cells=cells, cell_timeout=60)))
+    run = RunConfig(template_db="", work_dir=str(folder), cell_timeout=60, notebook_timeout=120, memory_mb=6144,
+                    threads=1)
+    own = [str(f) for f in folders.values()]
+    policy = dataclasses.replace(base_policy(run), write_dirs=own, own_paths=[*own, str(spec)],
+                                 read_files=[*base_policy(run).read_files, str(spec)])
+    zygote = private_zygote(folder)
+    try:
+        reply = zygote.request(RecheckRequest(
+            spec=str(spec), cwd=own[0], env=kernel_env(folders["home"], folders["tmp"], run), policy=policy,
+            log=str(folder / "recheck.log"), timeout=timeout), RecheckReply, timeout=timeout + 30)
+    finally:
+        zygote.close()
+    return reply, (folder / "recheck.log").read_text()
+
+
+@pytest.fixture
+def reachable():
+    """A folder another uid may pass through (0711, as the grader's work folder is)."""
+    folder = Path(tempfile.mkdtemp(prefix="looplab-test-judge-"))
+    os.chmod(folder, 0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everything(reachable):
+    from autograder.channel import RecheckCell
+
+    exercise = exercises.get("baseline")
+    calls = [[exercise.notebook, "train_one_epoch", p.id] for p in exercise.properties]
+    correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
+    import json
+
+    def cells(solution: str) -> list:
+        return [RecheckCell(index=0, source=mutants.IMPORTS), RecheckCell(index=1, source=solution),
+                RecheckCell(index=2, grade_id="baseline-tests", checks=calls)]
+
+    forger = FORGE_EVERYWHERE.replace("@@CALLS@@", repr(json.dumps([["baseline-tests", c] for c in calls])))
+    (reachable / "forger").mkdir()
+    (reachable / "honest").mkdir()
+    os.chmod(reachable / "forger", 0o711), os.chmod(reachable / "honest", 0o711)
+    forged, forged_log = _recheck(reachable / "forger", cells(forger))
+    honest, honest_log = _recheck(reachable / "honest", cells(mutants.source(correct)))
+    assert honest.status == "exited" and len(honest.lines) == len(calls), honest_log[-3000:]
+    assert all(line.passed for line in honest.lines), [line.message for line in honest.lines]
+    assert forged.status == "exited", forged_log[-3000:]
+    assert len(forged.lines) == len(calls), (forged.lines, forged_log[-3000:])
+    assert not any(line.passed for line in forged.lines), [line.message[:200] for line in forged.lines]
+    assert "the judge's memory is closed" in forged_log, forged_log[-2000:]

@@ -303,3 +303,22 @@ def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everythin
     assert len(forged.lines) == len(calls), (forged.lines, forged_log[-3000:])
     assert not any(line.passed for line in forged.lines), [line.message[:200] for line in forged.lines]
     assert "the judge's memory is closed" in forged_log, forged_log[-2000:]
+
+
+@pytest.mark.slow
+def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_at_once(reachable):
+    """The judge watches the observer's pidfd: a sleeper forked by a cell keeps the record pipe open, and the judge
+    still sees the end when the observer exits, and says the test stopped (not a wait until the time limit)."""
+    import time
+
+    from autograder.channel import RecheckCell
+
+    exercise = exercises.get("baseline")
+    call = [exercise.notebook, "train_one_epoch", exercise.properties[0].id]
+    exits = "import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nos._exit(0)"
+    started = time.monotonic()
+    reply, log = _recheck(reachable, [RecheckCell(index=0, source=exits),
+                                      RecheckCell(index=1, grade_id="baseline-tests", checks=[call])])
+    assert time.monotonic() - started < 60, log[-2000:]
+    assert reply.status == "exited" and [line.passed for line in reply.lines] == [False], (reply, log[-2000:])
+    assert "stopped before it finished" in reply.lines[0].message

@@ -84,7 +84,7 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
             os._exit(code)
     os.close(records_w)
     try:
-        judge(spec, records_r, out_fd, nonce)
+        judge(spec, records_r, out_fd, nonce, os.pidfd_open(pid))
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -179,11 +179,12 @@ def _rebuilt(signature) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str) -> None:
-    """Judge every hidden test of ``spec`` in order from the observer's records on ``fd``; verdicts to ``out_fd``."""
+def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | None = None) -> None:
+    """Judge every hidden test of ``spec`` in order from the observer's records on ``fd`` (``observer``: its pidfd);
+    verdicts to ``out_fd``."""
     import labutils.checks as checks
 
-    records = evidence.Judge(fd)
+    records = evidence.Judge(fd, observer)
     out = os.fdopen(out_fd, "wb", buffering=0)
     cache: dict = {}
     functions: dict[str, dict] = {}  # exercise id -> the stand-ins of its last fresh check (a cached report's key)
@@ -193,6 +194,8 @@ def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str) -> None:
             started = time.monotonic()
             try:
                 passed, message = _judge_one(records, call, checks, cache, functions)
+            except evidence.ObserverStopped:
+                passed, message = False, _stopped(call)
             except evidence.EvidenceError as exc:
                 passed, message = False, _unreadable(call, exc)
             out.write(encode(CheckLine(grade_id=cell.grade_id, call=list(call), passed=passed is True,
@@ -204,8 +207,7 @@ def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str) -> None:
 def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functions: dict) -> tuple[bool, str]:
     begin = records.message()
     if begin is None:
-        return False, (f"the grader's re-run of the notebook stopped before {hidden.describe(call)} (an earlier cell "
-                       "exited, crashed or ran out of time): no points for it. Run the notebook top to bottom.")
+        raise evidence.ObserverStopped("before the test")
     if not isinstance(begin, dict) or begin.get("begin") != list(call):
         raise evidence.EvidenceError("the observer is not at this test")
     if begin.get("problem") is not None:
@@ -238,10 +240,15 @@ def _end(records: evidence.Judge) -> tuple[dict, bool]:
             extra = True
             continue
         if item is None:
-            raise evidence.EvidenceError("the observer stopped inside the check")
+            raise evidence.ObserverStopped("inside the check")
         if isinstance(item, dict) and "end" in item:
             return item, extra
         extra = True
+
+
+def _stopped(call: tuple) -> str:
+    return (f"{hidden.describe(call)} stopped before it finished (the re-run of the notebook's cells, or of "
+            f"{call[1]} itself, exited or crashed): no points for it. Run the notebook top to bottom.")
 
 
 def _unreadable(call: tuple, why) -> str:

@@ -24,6 +24,7 @@ import contextlib
 import json
 import numbers
 import os
+import select
 import struct
 from pathlib import Path, PurePath
 
@@ -42,6 +43,10 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
 
 class EvidenceError(Exception):
     """The observer's record cannot be read, or does not belong to the call the judge is at."""
+
+
+class ObserverStopped(EvidenceError):
+    """The observer exited (a cell or the student's function exited or crashed) before sending what the judge needs."""
 
 
 class Opaque:
@@ -251,23 +256,28 @@ def send(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def receive(fd: int) -> bytes | None:
-    """The next framed record, or None at the end of the stream."""
-    head = _read_exactly(fd, 8)
+def receive(fd: int, writer: int | None = None) -> bytes | None:
+    """The next framed record, or None at the end of the stream: every writer closed it, or the process ``writer``
+    (a pidfd) exited, whatever its children still hold open."""
+    head = _read_exactly(fd, 8, writer)
     if head is None:
         return None
     (size,) = struct.unpack("<Q", head)
     if size > MAX_MESSAGE:
         raise EvidenceError(f"a record of {size} bytes (at most {MAX_MESSAGE})")
-    body = _read_exactly(fd, size)
+    body = _read_exactly(fd, size, writer)
     if body is None:
         raise EvidenceError("the stream ended inside a record")
     return body
 
 
-def _read_exactly(fd: int, n: int) -> bytes | None:
+def _read_exactly(fd: int, n: int, writer: int | None) -> bytes | None:
     chunks, left = [], n
     while left:
+        if writer is not None:
+            ready, _, _ = select.select([fd, writer], [], [])
+            if fd not in ready:  # the writer exited and left nothing more in the pipe
+                return None if left == n else b""
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             return None if left == n else b""
@@ -442,12 +452,17 @@ class Observer(Role):
 
 
 class Judge(Role):
-    """In the process that judges: take each call's record in place of the call."""
+    """In the process that judges: take each call's record in place of the call. ``observer``: its pidfd, so that
+    its end is seen even while a process it forked holds the pipe open."""
+
+    def __init__(self, fd: int, observer: int | None = None):
+        super().__init__(fd)
+        self.observer = observer
 
     def record(self, args: tuple, kwargs: dict) -> dict:
-        data = receive(self.fd)
+        data = receive(self.fd, self.observer)
         if data is None:
-            raise EvidenceError("the observer stopped before this call")
+            raise ObserverStopped("the observer stopped before this call")
         tokens = {token: real for real, token in self.paths().items()}
         items = decode(data, parameter_refs(args), tokens, CONSTANTS)
         if not isinstance(items, dict) or "run" not in items:
@@ -471,7 +486,7 @@ class Judge(Role):
         return items["run"]
 
     def message(self):
-        data = receive(self.fd)
+        data = receive(self.fd, self.observer)
         return None if data is None else decode(data)
 
 

@@ -334,8 +334,8 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     s.append(Student("patches-torch", "replaces autograder.hidden.verify and torch's clip_grad_norm_ and allclose",
                      {"03_clipping": cheat3}, **only("03_clipping", "clip_after_step")))
     forge = insert_cell(cheat, "train_one_epoch", FORGE_RESULTS, after=True)
-    s.append(Student("forges-results", "prints look-alike hidden-test results to the grader's pipe, then exits",
-                     {"02_scheduler": forge}, **all02("stopped before it finished")))
+    s.append(Student("forges-results", "writes look-alike hidden-test results to every descriptor, then exits",
+                     {"02_scheduler": forge}, **all02("could not be judged")))
     during = insert_cell(cheat, "train_one_epoch", PATCH_DURING_CHECK, after=True)
     s.append(Student("patches-during-check", "the graded function patches torch while it is being checked",
                      {"02_scheduler": during}, **all02("while it was being checked")))

@@ -35,7 +35,7 @@ from autograder.channel import CheckLine, RecheckSpec, decode, encode
 from labutils.checks import evidence
 from .snapshot import Snapshot
 
-_PR_SET_DUMPABLE = 4
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
 
 
 class CellTimeout(Exception):
@@ -63,7 +63,8 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     """
     with open(spec_path, "rb") as f:
         spec = decode(f.read(), RecheckSpec)
-    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the observer can neither ptrace nor read this process
+    libc = ctypes.CDLL(None)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the observer can neither ptrace nor read this process
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]  # nothing it writes is imported
     sys.dont_write_bytecode = True
     records_r, records_w = os.pipe()
@@ -73,9 +74,7 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
         try:
             os.close(records_r)
             os.close(out_fd)
-            from autograder.sandbox import policy
-
-            policy.die_with_parent()
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
             observe(spec, records_w)
             code = 0
         except BaseException:

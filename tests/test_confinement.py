@@ -160,6 +160,56 @@ def test_no_udp_raw_packet_or_netlink_socket_and_nothing_reaches_a_listener(tmp_
         listener.recvfrom(100)
 
 
+# --- pid -----------------------------------------------------------------------------------------------------------------
+
+
+def _named(name: str) -> list[int]:
+    """Running processes (not zombies) whose name is ``name``, as this process sees them."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == name and \
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+@needs("pid")
+def test_student_code_sees_and_signals_only_its_own_processes_and_none_outlives_it(tmp_path):
+    import time
+
+    grader, daemon = os.getpid(), f"ll-{uuid.uuid4().hex[:10]}"
+    result = run_confined(f"""
+        import ctypes, time
+        result["pid"], result["ppid"] = os.getpid(), os.getppid()
+        result["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        result["grader in /proc"] = os.path.exists("/proc/{grader}/cmdline")
+        try:
+            os.kill({grader}, 0)
+            result["signal the grader"] = "done"
+        except OSError as exc:
+            result["signal the grader"] = exc.strerror
+        read, write = os.pipe()
+        if os.fork() == 0:  # a daemon in its own session, meant to outlive the task
+            os.setsid()
+            ctypes.CDLL(None).prctl(15, {daemon.encode()!r}, 0, 0, 0)  # PR_SET_NAME: the test finds it by name
+            os.write(write, b"up")
+            time.sleep(300)
+            os._exit(0)
+        result["daemon"] = os.read(read, 2).decode()
+    """, ["scratch", "pid"], tmp_path)
+    assert result["pid"] == 1 and result["ppid"] == 0, result
+    assert result["processes"] == [1], f"student code sees other processes: {result['processes']}"
+    assert not result["grader in /proc"] and result["signal the grader"] == "No such process", result
+    assert result["daemon"] == "up"
+    deadline = time.monotonic() + 10
+    while _named(daemon) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _named(daemon), "a daemon started by student code outlived its task"
+
+
 # --- user --------------------------------------------------------------------------------------------------------------------
 
 
@@ -275,8 +325,11 @@ def test_a_forked_child_holding_the_recheck_pipe_does_not_hold_the_grader(reacha
     for folder in folders.values():
         folder.mkdir()
     spec = reachable / "spec.json"
-    sleeper = "import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nprint('forked')"
-    spec.write_bytes(channel.encode(RecheckSpec(cells=[RecheckCell(index=0, source=sleeper)], cell_timeout=30)))
+    sleeper = ("import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nprint('forked')\n"
+               "print('processes:', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    spec.write_bytes(channel.encode(RecheckSpec(cells=[  # a test after the cell: the judge waits for the observer to reach it
+        RecheckCell(index=0, source=sleeper),
+        RecheckCell(index=1, grade_id="t", checks=[["01_baseline", "train_one_epoch"]])], cell_timeout=30)))
     run = RunConfig(template_db="", work_dir=str(reachable), cell_timeout=30, notebook_timeout=60, memory_mb=6144,
                     threads=1)
     own = [str(f) for f in folders.values()]
@@ -293,3 +346,7 @@ def test_a_forked_child_holding_the_recheck_pipe_does_not_hold_the_grader(reacha
         zygote.close()
     assert reply.status == "exited", (reply, (reachable / "recheck.log").read_text()[-2000:])
     assert seconds < 60, f"the zygote waited {seconds:.0f} s for the sleeper"
+    if not AVAILABLE["pid"]:  # the task's namespace: the judge (PID 1), its observer and the sleeper, nothing else
+        seen = next(line for line in (reachable / "recheck.log").read_text().splitlines() if "processes:" in line)
+        processes = json.loads(seen.split(":", 1)[1])
+        assert processes[0] == 1 and len(processes) == 3, seen

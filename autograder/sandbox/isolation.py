@@ -11,6 +11,9 @@ A task's kernel and its recheck each get, in the child the zygote forked and bef
 - ``network``: a seccomp filter: sockets of the Unix family and TCP only (TCP is Landlock's: the kernel's own ports),
   so no UDP, raw or packet socket, IPv4 or IPv6, no netlink but the read-only route family (ZeroMQ reads the
   interfaces through it), and no io_uring (which would bypass the filter).
+- ``pid``: a PID namespace of the task's own, with its own ``/proc``: student code sees and signals only its own
+  processes (not the grader's, not another task's), and when the task's first process exits the kernel kills every
+  process left in it, daemons included. Needs the scratch layer's mount namespace (for ``/proc``).
 - ``user``: student code runs as ``nobody`` (a uid that owns no file), no supplementary groups, no capability: the
   task's own folders and files (the policy's ``own_paths``, decided by the grader) are handed to it first, and
   everything else on the machine is closed to it by its ordinary permissions too, not by Landlock alone. Needs root;
@@ -31,12 +34,15 @@ import ctypes.util
 import errno
 import os
 import pwd
+import signal
 from pathlib import Path
 
 LAYERS = {  # layer -> what a student could do without it
     "cgroup": "a fork bomb or a memory hog slows or starves the notebooks graded beside it",
     "scratch": "/dev/shm is shared between students, and a disk filler fills the grader's disk",
     "network": "student code can send UDP (IPv4 and IPv6) and open raw or netlink sockets",
+    "pid": "student code can list every process on the machine and read their command lines (the grader's among "
+           "them), and a daemon it starts outlives the task wherever the cgroup layer is missing",
     "user": "student code runs as the grader's own user: only Landlock keeps it out of that user's files",
 }
 STUDENT_USER = "nobody"  # owns no file (Debian policy); fallback 65534 where the name is missing
@@ -45,8 +51,8 @@ CGROUP_PARENT = "looplab-tasks"
 PIDS_MAX = 512  # threads count: an ipykernel has ~10, torch and a DataLoader some more
 SCRATCH_MB = 1024
 
-_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
@@ -146,6 +152,34 @@ def private_scratch(binds: list[str], overlay: str | None, size_mb: int = SCRATC
         _own_folder(upper, owner)  # the overlay's top folder takes the upper folder's owner
         _own_folder(work, owner)
         _mount("overlay", overlay, "overlay", 0, f"lowerdir={overlay},upperdir={upper},workdir={work}")
+
+
+def own_pids(mount_proc: bool) -> None:
+    """A PID namespace of the task's own. This process forks and stays outside it, only waiting: it is the process
+    the zygote knows, and it leaves with the task's exit status. The child, PID 1 of the new namespace, returns to run
+    the task; with ``mount_proc`` (in a private mount namespace) its ``/proc`` shows only the namespace. When PID 1
+    exits, the kernel kills whatever else is in the namespace."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    child = os.fork()
+    if child:
+        _wait_for_task(child)
+    if mount_proc:
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _wait_for_task(child: int) -> None:
+    """The process outside the task's PID namespace: wait for the task and leave with its status; never returns.
+    What the grader sends the session (an interrupt, a terminate) reaches the task directly, as it is in the same
+    process group, so it is ignored here."""
+    code = 1
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_IGN)
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        code = code if code >= 0 else 128 - code
+    finally:
+        os._exit(code)
 
 
 def reveal(paths: list[str], owner: tuple[int, int]) -> list[str]:
@@ -307,6 +341,8 @@ def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str],
         private_scratch(binds, overlay, scratch_mb, owner)
     if owner is not None:
         reveal([*read_paths, *own], owner)
+    if "pid" in layers:
+        own_pids(mount_proc="scratch" in layers)
     if "network" in layers:
         no_network()
     if owner is not None:
@@ -323,7 +359,8 @@ def probe() -> dict[str, str]:
             os.close(read)
             reason = ""
             try:
-                enter([layer], f"probe-{os.getpid()}", 64, [], None, scratch_mb=1)
+                layers = ["scratch", layer] if layer == "pid" else [layer]  # an ordinary user's: in its namespace
+                enter(layers, f"probe-{os.getpid()}", 64, [], None, scratch_mb=1)
             except BaseException as exc:
                 reason = str(exc) or type(exc).__name__
             os.write(write, reason.encode()[:500])
@@ -338,6 +375,8 @@ def probe() -> dict[str, str]:
         found[layer] = reason
     if found["scratch"] and not found["user"]:  # the folders a uid must read are shown to it in the mount namespace
         found["user"] = "it needs the scratch layer's mount namespace"
+    if found["scratch"] and not found["pid"]:  # its /proc is mounted in the mount namespace
+        found["pid"] = "it needs the scratch layer's mount namespace"
     remove_empty_cgroups()
     return found
 

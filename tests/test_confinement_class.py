@@ -283,7 +283,7 @@ def _clean(hostile, student: str) -> dict[str, str]:
 
 def test_the_run_finishes_with_every_layer(hostile):
     assert hostile["exited"]["returncode"] in (0, 1), hostile["stderr"][-3000:]
-    assert "student code confined: Landlock, rlimits, cgroup, scratch, network, user" in hostile["stderr"]
+    assert "student code confined: Landlock, rlimits, cgroup, scratch, network, pid, user" in hostile["stderr"]
 
 
 def test_controls_beside_and_after_get_their_clean_scores(hostile):

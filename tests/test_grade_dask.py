@@ -148,7 +148,7 @@ def test_dask_grades_the_class_exactly(dask_run, classroom):
     expected = build.expected_grades(classroom["students"], classroom["tests"])
     assert build.read_csv(dask_run["out"] / "grades.csv") == expected
     # each worker says how it confines student code, as a local run does
-    assert re.search(r"tcp://\S+: student code confined: Landlock, rlimits, cgroup, scratch, network, user",
+    assert re.search(r"tcp://\S+: student code confined: Landlock, rlimits, cgroup, scratch, network, pid, user",
                      dask_run["stderr"]), dask_run["stderr"][-3000:]
 
 

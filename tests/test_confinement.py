@@ -22,6 +22,11 @@ import pytest
 
 from autograder.sandbox import isolation
 
+try:
+    from autograder_cases import zygote_recheck
+except ImportError:  # tests/ imported as a package
+    from tests.autograder_cases import zygote_recheck
+
 AVAILABLE = isolation.probe()
 
 
@@ -314,39 +319,16 @@ def test_probe_names_what_each_missing_layer_exposes():
 def test_a_forked_child_holding_the_recheck_pipe_does_not_hold_the_grader(reachable):
     """A notebook cell that forks a sleeper (which inherits the recheck's verdict pipe) must not keep the zygote
     reading until the sleeper wakes: the reply comes when the recheck itself exits."""
-    import dataclasses
-    import time
+    from autograder.channel import RecheckCell
 
-    from autograder import channel
-    from autograder.channel import RecheckCell, RecheckReply, RecheckRequest, RecheckSpec, RunConfig
-    from autograder.sandbox.client import base_policy, kernel_env, private_zygote
-
-    folders = {name: reachable / name for name in ("cwd", "home", "tmp")}
-    for folder in folders.values():
-        folder.mkdir()
-    spec = reachable / "spec.json"
     sleeper = ("import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nprint('forked')\n"
                "print('processes:', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
-    spec.write_bytes(channel.encode(RecheckSpec(cells=[  # a test after the cell: the judge waits for the observer to reach it
+    reply, log, seconds = zygote_recheck.recheck(reachable, [  # a test after the cell: the judge waits for it
         RecheckCell(index=0, source=sleeper),
-        RecheckCell(index=1, grade_id="t", checks=[["01_baseline", "train_one_epoch"]])], cell_timeout=30)))
-    run = RunConfig(template_db="", work_dir=str(reachable), cell_timeout=30, notebook_timeout=60, memory_mb=6144,
-                    threads=1)
-    own = [str(f) for f in folders.values()]
-    policy = dataclasses.replace(base_policy(run), write_dirs=own, own_paths=[*own, str(spec)],
-                                 read_files=[*base_policy(run).read_files, str(spec)])
-    zygote = private_zygote(reachable)
-    try:
-        started = time.monotonic()
-        reply = zygote.request(RecheckRequest(
-            spec=str(spec), cwd=own[0], env=kernel_env(folders["home"], folders["tmp"], run), policy=policy,
-            log=str(reachable / "recheck.log"), timeout=100), RecheckReply, timeout=130)
-        seconds = time.monotonic() - started
-    finally:
-        zygote.close()
-    assert reply.status == "exited", (reply, (reachable / "recheck.log").read_text()[-2000:])
+        RecheckCell(index=1, grade_id="t", checks=[["01_baseline", "train_one_epoch"]])], timeout=100, cell_timeout=30)
+    assert reply.status == "exited", (reply, log[-2000:])
     assert seconds < 60, f"the zygote waited {seconds:.0f} s for the sleeper"
     if not AVAILABLE["pid"]:  # the task's namespace: the judge (PID 1), its observer and the sleeper, nothing else
-        seen = next(line for line in (reachable / "recheck.log").read_text().splitlines() if "processes:" in line)
+        seen = next(line for line in log.splitlines() if "processes:" in line)
         processes = json.loads(seen.split(":", 1)[1])
         assert processes[0] == 1 and len(processes) == 3, seen

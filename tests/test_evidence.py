@@ -13,7 +13,6 @@ a verdict (labutils/checks/evidence.py, autograder/hidden/recheck.py).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pickle
 import shutil
@@ -31,8 +30,10 @@ from autograder.hidden.recheck import Observed, _signature
 
 try:
     import mutants
+    from autograder_cases import zygote_recheck
 except ImportError:  # tests/ imported as a package
     from tests import mutants
+    from tests.autograder_cases import zygote_recheck
 
 
 # --- the codec -------------------------------------------------------------------------------------------------------
@@ -244,29 +245,9 @@ _forge(json.loads(@@CALLS@@))
 '''
 
 
-def _recheck(folder: Path, cells: list, timeout: float = 120):
-    from autograder import channel
-    from autograder.channel import RecheckReply, RecheckRequest, RecheckSpec, RunConfig
-    from autograder.sandbox.client import base_policy, kernel_env, private_zygote
-
-    folders = {name: folder / name for name in ("cwd", "home", "tmp")}
-    for f in folders.values():
-        f.mkdir()
-    spec = folder / "spec.json"
-    spec.write_bytes(channel.encode(RecheckSpec(cells=cells, cell_timeout=60)))
-    run = RunConfig(template_db="", work_dir=str(folder), cell_timeout=60, notebook_timeout=120, memory_mb=6144,
-                    threads=1)
-    own = [str(f) for f in folders.values()]
-    policy = dataclasses.replace(base_policy(run), write_dirs=own, own_paths=[*own, str(spec)],
-                                 read_files=[*base_policy(run).read_files, str(spec)])
-    zygote = private_zygote(folder)
-    try:
-        reply = zygote.request(RecheckRequest(
-            spec=str(spec), cwd=own[0], env=kernel_env(folders["home"], folders["tmp"], run), policy=policy,
-            log=str(folder / "recheck.log"), timeout=timeout), RecheckReply, timeout=timeout + 30)
-    finally:
-        zygote.close()
-    return reply, (folder / "recheck.log").read_text()
+def _recheck(folder: Path, cells: list):
+    reply, log, _ = zygote_recheck.recheck(folder, cells)
+    return reply, log
 
 
 @pytest.fixture

@@ -164,7 +164,8 @@ class Listeners:
         self.sockets["tcp"].listen(8)
         self.ports = {name: s.getsockname()[1] for name, s in self.sockets.items()}
         self.stopped = False
-        threading.Thread(target=self._watch, daemon=True).start()
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
+        self.watcher.start()
 
     def _watch(self) -> None:
         while not self.stopped:
@@ -179,6 +180,7 @@ class Listeners:
 
     def close(self) -> None:
         self.stopped = True
+        self.watcher.join(5)  # closing a socket under its select() reads as "ready", then fails
         for s in self.sockets.values():
             s.close()
 

@@ -219,6 +219,41 @@ def test_workers_with_other_code_are_refused(cluster, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and util-linux's unshare to start a worker that cannot confine")
+def test_a_worker_that_cannot_confine_is_refused_under_require_isolation(tmp_path, monkeypatch):
+    """A worker started in a user namespace (as in a container: root in it, only uid 0 mapped) cannot hand student
+    code to another uid: with --require-isolation the run refuses it by name and says which layer it lacks."""
+    from distributed import Client, LocalCluster
+
+    monkeypatch.setattr(dist, "STALL_S", 20)
+    shutil.copy(SOLUTIONS / "01_baseline.ipynb", tmp_path / "unread.ipynb")
+    template = tmp_path / "gradebook.db"
+    template.write_bytes(b"")
+    run = RunConfig(template_db=str(template), work_dir=str(tmp_path), cell_timeout=1, notebook_timeout=1,
+                    memory_mb=6144, threads=1, require_isolation=True)
+    task = Task(id="ann--01_baseline", student="ann", notebook="01_baseline", path=str(tmp_path / "unread.ipynb"))
+    with LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        worker = subprocess.Popen(
+            ["unshare", "--user", "--map-root-user", sys.executable, "-m", "distributed.cli.dask_worker",
+             cluster.scheduler_address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
+             "--local-directory", str(tmp_path / "worker")], cwd=REPO, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        try:
+            client.wait_for_workers(1, timeout=120)
+            address = next(iter(client.scheduler_info()["workers"]))
+            with pytest.raises(dist.WorkerRefused) as err:
+                dist.run_on_cluster(cluster.scheduler_address, [task], run, tmp_path, lambda *a: None)
+        finally:
+            worker.terminate()
+            worker.wait(60)
+    message = str(err.value)
+    assert address in message and "--require-isolation" in message, message
+    assert "user not applied" in message, message
+
+
+@pytest.mark.slow
 def test_no_able_worker_for_too_long_fails_the_rest(cluster, tmp_path, monkeypatch):
     monkeypatch.setattr(dist, "STALL_S", 1)
     monkeypatch.setattr(dist, "POLL_S", 0.5)

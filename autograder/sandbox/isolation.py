@@ -359,7 +359,9 @@ def probe() -> dict[str, str]:
             os.close(read)
             reason = ""
             try:
-                layers = ["scratch", layer] if layer == "pid" else [layer]  # an ordinary user's: in its namespace
+                # the pid and user layers are applied inside the scratch layer's namespace (an ordinary user's
+                # PID namespace is made in its user namespace; the uid change needs the folders it shows): so tried
+                layers = ["scratch", layer] if layer in ("pid", "user") else [layer]
                 enter(layers, f"probe-{os.getpid()}", 64, [], None, scratch_mb=1)
             except BaseException as exc:
                 reason = str(exc) or type(exc).__name__

@@ -162,7 +162,7 @@ def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
     assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place)
 
 
-# --- forgers in the observer -------------------------------------------------------------------------------------------
+# --- forgers in the observer ------------------------------------------------------------------------------------
 
 
 def _forge_runs(record: dict, calls: int = 4):
@@ -206,7 +206,7 @@ def test_forged_verdict_lines_on_the_record_pipe_fail_the_check():
         judged_apart("baseline", correct.functions, body)
 
 
-# --- through the zygote: the recheck as the grader runs it ---------------------------------------------------------------
+# --- through the zygote: the recheck as the grader runs it ---------------------------------------------------
 
 
 FORGE_EVERYWHERE = r'''

@@ -237,7 +237,7 @@ def test_a_worker_that_cannot_confine_is_refused_under_require_isolation(tmp_pat
             Client(cluster) as client:
         worker = subprocess.Popen(
             ["unshare", "--user", "--map-root-user", sys.executable, "-m", "distributed.cli.dask_worker",
-             cluster.scheduler_address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
+             cluster.scheduler_address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
              "--local-directory", str(tmp_path / "worker")], cwd=REPO, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         try:

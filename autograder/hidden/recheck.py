@@ -10,7 +10,8 @@ student code existed. That process becomes the **judge**: it makes itself imposs
   modules: every attribute of torch, numpy, labutils, the checks and a few stdlib modules (and of the classes they
   define) is put back to its start-up value before the check, and compared again after it (a function that patched
   them while being checked is named). Each call of a student function is sent to the judge as a record
-  (:mod:`labutils.checks.evidence`): what was traced, returned, raised, and left in the objects and folders it was given.
+  (:mod:`labutils.checks.evidence`): what was traced, returned, raised, and left in the objects and folders it was
+  given.
 - The judge runs the same checks on its own objects, with each call's record in place of the call, judges, and
   writes one :class:`~autograder.channel.CheckLine` per hidden test to the zygote's pipe, the one descriptor the
   observer never had.

@@ -233,7 +233,7 @@ def test_a_worker_that_cannot_confine_is_refused_under_require_isolation(tmp_pat
     run = RunConfig(template_db=str(template), work_dir=str(tmp_path), cell_timeout=1, notebook_timeout=1,
                     memory_mb=6144, threads=1, require_isolation=True)
     task = Task(id="ann--01_baseline", student="ann", notebook="01_baseline", path=str(tmp_path / "unread.ipynb"))
-    with LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         worker = subprocess.Popen(
             ["unshare", "--user", "--map-root-user", sys.executable, "-m", "distributed.cli.dask_worker",

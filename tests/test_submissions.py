@@ -21,7 +21,8 @@ IDS = ["00_a", "01_b"]
 
 
 def notebook_text(cells: int = 1, **metadata) -> str:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {i}") for i in range(cells)])
+    # ids of their own: 50,000 random ones collide now and then, and nbformat warns
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {i}", id=f"cell-{i}") for i in range(cells)])
     nb.cells[0].metadata.update(metadata)
     return nbformat.writes(nb)
 

@@ -180,6 +180,32 @@ def test_nothing_of_a_killed_run_is_left(graded):
     assert not list(scratch.glob("looplab-grade-*")), "a dead run's scratch folder was left in TMPDIR"
 
 
+def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):
+    """The journal is the executor's business too: a run on a loopback Dask cluster, killed after its first task,
+    is finished by the next run on the same cluster, which reuses what was kept and ends equal to the local,
+    uninterrupted run. (Before the late student joins the class: this test comes first.)"""
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  scheduler_port=0, dashboard_address=":0", memory_limit=0,
+                                  local_directory=str(tmp_path / "dask")) as cluster:
+        on_dask = ("--scheduler", cluster.scheduler_address)
+        run = Run(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
+        _kill_when(run, lambda: len(_journal(out)) >= 1)
+        run.exited(120)
+        kept = _journal(out)
+        run.stop()
+        final = Run(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
+        last = final.exited(900)
+        final.stop()
+    assert kept and last["returncode"] == 0, final.stderr[-3000:]
+    reused = re.search(r"(\d+) task\(s\) reused", final.stderr)
+    assert reused and int(reused.group(1)) >= len(kept), final.stderr[-2000:]
+    assert (out / "grades.csv").read_text() == (graded["reference"] / "grades.csv").read_text()
+    for name in CLASS:
+        assert _comparable(out, name) == _comparable(graded["reference"], name), name
+
+
 def test_a_late_student_is_graded_alone(graded):
     tmp, out = graded["tmp"], graded["out"]
     build.write_class([graded["students"][LATE]], tmp / "submissions")

@@ -112,6 +112,30 @@ def test_a_record_larger_than_the_limit_is_refused_before_it_is_read():
     os.close(r), os.close(w)
 
 
+def test_a_stream_that_ends_inside_a_frame_is_refused():
+    for partial in (b"\x05\x00\x00", (10).to_bytes(8, "little") + b"four"):
+        r, w = os.pipe()
+        os.write(w, partial)
+        os.close(w)
+        with pytest.raises(evidence.EvidenceError, match="inside a record"):
+            evidence.receive(r)
+        os.close(r)
+
+
+def test_the_end_of_a_check_that_stopped_early_is_kept_for_its_turn():
+    """A check the observer left before a call the judge is at (sys.exit in the student's function): the judge's
+    call fails, and the check's end is still there for the judge to read, so the next check is not misread."""
+    end = {"end": ["01_baseline", "train_one_epoch", "steps"], "tampered": [], "error": "SystemExit: 0"}
+    r, w = os.pipe()
+    evidence.send(w, evidence.encode(end))
+    os.close(w)
+    judge = evidence.Judge(r)
+    with pytest.raises(evidence.EvidenceError, match="ended before this call"):
+        judge.record((), {})
+    assert judge.message() == end and judge.message() is None
+    os.close(r)
+
+
 # --- judged apart as in place ----------------------------------------------------------------------------------------
 
 
@@ -284,6 +308,28 @@ def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everythin
     assert len(forged.lines) == len(calls), (forged.lines, forged_log[-3000:])
     assert not any(line.passed for line in forged.lines), [line.message[:200] for line in forged.lines]
     assert "the judge's memory is closed" in forged_log, forged_log[-2000:]
+
+
+@pytest.mark.slow
+def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachable):
+    """sys.exit() inside train_one_epoch ends that check in the observer; the evaluate test after it is still
+    judged, and passes."""
+    from autograder.channel import RecheckCell
+
+    train, evaluate = exercises.get("baseline"), exercises.get("evaluate")
+    exits = f"def {train.functions[0].call}:\n    import sys\n    sys.exit(0)\n"
+    correct = next(v for v in mutants.CORRECT if v.exercise == "evaluate")
+    reply, log = _recheck(reachable, [
+        RecheckCell(index=0, source=mutants.IMPORTS), RecheckCell(index=1, source=exits),
+        RecheckCell(index=2, source=mutants.source(correct)),
+        RecheckCell(index=3, grade_id="train", checks=[[train.notebook, "train_one_epoch", p.id]
+                                                       for p in train.properties]),
+        RecheckCell(index=4, grade_id="evaluate", checks=[[evaluate.notebook, "evaluate", p.id]
+                                                          for p in evaluate.properties])])
+    verdicts = {(line.grade_id, line.call[-1]): line.passed for line in reply.lines}
+    assert len(verdicts) == len(train.properties) + len(evaluate.properties), log[-2000:]
+    assert not any(v for (grade_id, _), v in verdicts.items() if grade_id == "train"), verdicts
+    assert all(v for (grade_id, _), v in verdicts.items() if grade_id == "evaluate"), (verdicts, reply.lines)
 
 
 @pytest.mark.slow

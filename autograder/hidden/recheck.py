@@ -67,7 +67,7 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     libc = ctypes.CDLL(None)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the observer can neither ptrace nor read this process
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]  # nothing it writes is imported
-    sys.dont_write_bytecode = True
+    sys.dont_write_bytecode = True  # nor does it leave a cache file where the observer could later replace it
     records_r, records_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -83,13 +83,15 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
         finally:
             os._exit(code)
     os.close(records_w)
+    observer = os.pidfd_open(pid)
     try:
-        judge(spec, records_r, out_fd, nonce, os.pidfd_open(pid))
+        judge(spec, records_r, out_fd, nonce, observer)
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+        os.close(observer)
         os.waitpid(pid, 0)
 
 

@@ -92,8 +92,6 @@ class _Encoder:
             return {"C": self.constants[id(value)]}
         if value is None or type(value) in (bool, str, int, float):
             return self.text(value) if type(value) is str else value
-        if isinstance(value, bool):
-            return bool(value)
         if isinstance(value, torch.Tensor):
             return self.tensor(value)
         if isinstance(value, numbers.Integral):
@@ -113,7 +111,7 @@ class _Encoder:
             return {"v": str(value)}
         if isinstance(value, Event):
             return {"E": [self(value.kind), self(value.step), self(value.info, depth + 1), self(value.data, depth + 1)]}
-        if type(value) in (list, tuple) or isinstance(value, (list, tuple)) and len(value) < 100_000:
+        if isinstance(value, (list, tuple)):  # MAX_NODES bounds how much of it is read
             items = [self(v, depth + 1) for v in list(value)]
             return {"t": items} if isinstance(value, tuple) else {"l": items}
         if isinstance(value, dict):
@@ -258,29 +256,26 @@ def send(fd: int, payload: bytes) -> None:
 
 def receive(fd: int, writer: int | None = None) -> bytes | None:
     """The next framed record, or None at the end of the stream: every writer closed it, or the process ``writer``
-    (a pidfd) exited, whatever its children still hold open."""
-    head = _read_exactly(fd, 8, writer)
+    (a pidfd) exited, whatever its children still hold open. A stream that ends inside a frame is an error."""
+    head = _read_exactly(fd, 8, writer, started=False)
     if head is None:
         return None
     (size,) = struct.unpack("<Q", head)
     if size > MAX_MESSAGE:
         raise EvidenceError(f"a record of {size} bytes (at most {MAX_MESSAGE})")
-    body = _read_exactly(fd, size, writer)
-    if body is None:
-        raise EvidenceError("the stream ended inside a record")
-    return body
+    return _read_exactly(fd, size, writer, started=True)
 
 
-def _read_exactly(fd: int, n: int, writer: int | None) -> bytes | None:
+def _read_exactly(fd: int, n: int, writer: int | None, started: bool) -> bytes | None:
+    """``n`` bytes; at the end of the stream, None when no byte of the frame was read yet, else EvidenceError."""
     chunks, left = [], n
     while left:
-        if writer is not None:
-            ready, _, _ = select.select([fd, writer], [], [])
-            if fd not in ready:  # the writer exited and left nothing more in the pipe
-                return None if left == n else b""
-        chunk = os.read(fd, min(left, 1 << 20))
+        ready = [fd] if writer is None else select.select([fd, writer], [], [])[0]
+        chunk = os.read(fd, min(left, 1 << 20)) if fd in ready else b""  # not ready: the writer exited, pipe empty
         if not chunk:
-            return None if left == n else b""
+            if started or left != n:
+                raise EvidenceError("the stream ended inside a record")
+            return None
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
@@ -349,7 +344,9 @@ def restore_state(value, state) -> None:
 
 
 def rng_state() -> dict:
-    """The process's random streams (a load_checkpoint restores them; the check's next dropout mask reads them)."""
+    """The process's random streams (a load_checkpoint restores them; the check's next dropout mask reads them).
+    Not :func:`labutils.checkpoint.capture_rng_state`: that checkpoint format refuses a cached ``random.gauss``
+    value, which a student's code may leave and the judge must take over as it is."""
     import random
 
     import numpy as np
@@ -458,13 +455,21 @@ class Judge(Role):
     def __init__(self, fd: int, observer: int | None = None):
         super().__init__(fd)
         self.observer = observer
+        self.pending: bytes | None = None  # a message read ahead of its turn: the end of a check, kept for it
+
+    def _next(self) -> bytes | None:
+        data, self.pending = self.pending, None
+        return data if data is not None else receive(self.fd, self.observer)
 
     def record(self, args: tuple, kwargs: dict) -> dict:
-        data = receive(self.fd, self.observer)
+        data = self._next()
         if data is None:
             raise ObserverStopped("the observer stopped before this call")
         tokens = {token: real for real, token in self.paths().items()}
         items = decode(data, parameter_refs(args), tokens, CONSTANTS)
+        if isinstance(items, dict) and "end" in items:  # its check ended before this call: the end is for later
+            self.pending = data
+            raise EvidenceError("the observer's check ended before this call")
         if not isinstance(items, dict) or "run" not in items:
             raise EvidenceError("the observer sent something other than a call's record here")
         if len(items["args"]) != len(args) or set(items["kwargs"]) != set(kwargs) or \
@@ -486,7 +491,7 @@ class Judge(Role):
         return items["run"]
 
     def message(self):
-        data = receive(self.fd, self.observer)
+        data = self._next()
         return None if data is None else decode(data)
 
 

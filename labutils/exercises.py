@@ -218,7 +218,9 @@ EXERCISES: tuple[Exercise, ...] = (
            "forward and loss under `torch.autocast(device_type, dtype=amp_dtype)`; `scaler` is a "
            "`torch.amp.GradScaler` or `None`; with a scaler: `scaler.scale(loss).backward()`, "
            "`scaler.unscale_(optimizer)`, clip, `scaler.step(optimizer)`, `scaler.update()`, `scheduler.step()`; "
-           "without: plain backward and step; norms are of the unscaled gradients",
+           "without: plain backward and step; norms are of the unscaled gradients; a step the scaler skips (its "
+           "gradients overflowed) is still cleared after, and the scheduler may step then or not, its norm (inf) be "
+           "logged or left out",
            (_AMP_DTYPE, _max_norm("loop")),  # no device: "cpu:0" breaks device_type = "cpu" if device == "cpu" ...
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",)),
@@ -319,10 +321,12 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
                                   ("loss_divided",)),
     ("accumulation", "loop"): ("lab 3's evidence, traced on this loop", ("loss_divided",)),
     ("amp", "autocast"): ("the autocast state and dtype at every training forward, at two amp_dtype values", ()),
-    ("amp", "scaler"): ("scale, scaler.step and scaler.update traced on every step", ()),
+    ("amp", "scaler"): ("scale, scaler.step and scaler.update traced on every step, one step made to overflow: "
+                        "no inf/nan reaches the weights", ()),
     ("amp", "unscale"): ("unscale_ traced before the clipping of every step", ("scaler",)),
     ("amp", "scaler_none"): ("a run of its own with scaler=None: a plain backward and step", ()),
-    ("amp", "loop"): ("lab 3's evidence, traced on this loop", ("scaler",)),
+    ("amp", "loop"): ("lab 3's evidence, traced on this loop; fresh gradients after the overflowing step; the mean "
+                      "loss of the run with scaler=None where this one's weights went inf/nan", ("scaler",)),
     ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it", ()),
     ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present", ()),
     ("checkpoint", "restore"): ("training on after a load against the run that never stopped", ("complete",)),

@@ -81,6 +81,8 @@ class Event:
         if kind == "clip":
             after = f" -> {i['norm_after']:.4g}" if "norm_after" in i else ""
             return f"clip_grad_norm_  norm {i['norm_before']:.4g}{after}  (max_norm {i['max_norm']:g})"
+        if kind == "step" and i.get("skipped"):
+            return f"optimizer.step() #{i['number']} skipped by scaler.step  (inf/nan gradients)"
         if kind == "step":
             inside = "  via scaler.step" if i["via_scaler"] else ""
             return f"optimizer.step() #{i['number']}  (lr {i['lr'][0]:.4g}, grad norm {i['grad_norm']:.4g}){inside}"
@@ -231,9 +233,15 @@ class Tracer:
 
     def _before_step(self, optimizer, args, kwargs):
         self._check_forbidden()
+        self._record_step(optimizer, skipped=False)
+
+    def _record_step(self, optimizer, skipped: bool) -> None:
+        """An optimizer step with what it was about to apply; ``skipped``: scaler.step found inf/nan gradients and
+        did not call optimizer.step(), which the checks still count as the loop's step (its window, its norm)."""
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
         self.record("step", {"number": self.steps + 1, "lr": [g["lr"] for g in optimizer.param_groups],
-                             "via_scaler": self._in_scaler_step, "grad_norm": global_norm(grads)},
+                             "via_scaler": self._in_scaler_step or skipped, "grad_norm": global_norm(grads),
+                             "skipped": skipped},
                     {"grads": grads, "params": [p.detach().clone() for p in self.params], "raw": dict(self._raw)})
 
     def _after_step(self, optimizer, args, kwargs):
@@ -272,11 +280,15 @@ class Tracer:
 
     def _scaler_step(self, original, optimizer, *args, **kwargs):
         self.record("scaler_step")
-        self._in_scaler_step = True  # the optimizer.step() it makes is marked as going through the scaler
+        self._in_scaler_step, before = True, self.steps  # the optimizer.step() it makes is marked as via the scaler
         try:
-            return original(optimizer, *args, **kwargs)
+            out = original(optimizer, *args, **kwargs)
         finally:
             self._in_scaler_step = False
+        if self.steps == before and optimizer is self.optimizer:
+            self._record_step(optimizer, skipped=True)
+            self.steps += 1  # numbered as the loop's step, so the trace and the checks' messages agree
+        return out
 
     def _scaler_update(self, original, *args, **kwargs):
         self.record("scaler_update")

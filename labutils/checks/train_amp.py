@@ -4,6 +4,8 @@ the canonical order (scale, backward, unscale_ before clipping, scaler.step, sca
 
 from __future__ import annotations
 
+import torch
+
 from .report import Failure, NotJudged
 from .train_run import TrainView
 
@@ -54,6 +56,13 @@ def _st_unscale(v: TrainView):
 def _st_scaler_step(v: TrainView):
     if not v.steps:
         return NotJudged("no optimizer step was observed")
+    for k in v.windows:
+        event = v.step_event(k)
+        if not event.info["via_scaler"] and not all(g is None or torch.isfinite(g).all() for g in event.data["grads"]):
+            return [Failure("scaler_step", f"optimizer.step() was called directly at step {k}, whose scaled loss "
+                            "overflowed: it wrote the inf/nan gradients into the weights, which scaler.step(optimizer) "
+                            "would have skipped. Call scaler.step(optimizer) instead.", k,
+                            v.beside(k, v.steps[k - 1]))]
     for k in v.windows:
         if not v.step_event(k).info["via_scaler"]:
             return [Failure("scaler_step", f"optimizer.step() was called directly at step {k} while a GradScaler is in "

@@ -127,6 +127,11 @@ def _st_zero_grad(v: TrainView):
                             "the step or right after optimizer.step().", k,
                             v.beside(k, clears[-1] if clears else step_at))]
         first = min(backwards)
+        if not v.events[first].info["fresh"] and k - 1 in v.skipped:
+            return [Failure("zero_grad", f"at step {k}, loss.backward() added the new gradients to the inf/nan ones "
+                            f"left by step {k - 1}, which scaler.step() skipped: the gradients must be cleared every "
+                            "step, skipped or not, or every later step is skipped too. Call optimizer.zero_grad() "
+                            "whatever scaler.step() did.", k, v.beside(k, first))]
         if not v.events[first].info["fresh"]:
             return [Failure("zero_grad", f"at step {k}, loss.backward() added the new gradients to the ones still in "
                             f".grad from step {k - 1}: nothing cleared them, so the update used the sum of every "
@@ -219,7 +224,7 @@ def _st_scheduler(v: TrainView):
         if len(between) > 1:
             return [Failure("scheduler", f"scheduler.step() ran {len(between)} times after optimizer step {k}: step "
                             "it exactly once per optimizer step.", k, v.beside(k, between[1]))]
-        if not between and (k < n_steps or v.run.complete):
+        if not between and k not in v.skipped and (k < n_steps or v.run.complete):  # a skipped step may go unscheduled
             return [Failure("scheduler", f"scheduler.step() did not run after optimizer step {k}: call it right "
                             "after every optimizer.step().", k, v.beside(k, v.steps[k - 1]))]
     return []

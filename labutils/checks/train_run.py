@@ -17,7 +17,24 @@ from ..trace import Event, Tracer, global_norm, mark_batches
 from .calling import Run, _call
 from .report import _beside
 from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
-                    N_TRAIN, SEED, _crafted_labels, _images, _match, _tiny_model)
+                    N_TRAIN, OVERFLOW_AT, SEED, _crafted_labels, _images, _match, _tiny_model)
+
+
+class OverflowingScaler(torch.amp.GradScaler):
+    """A GradScaler whose scaled loss overflows once, at the ``overflow_at``-th scale() call: what an fp16 run meets
+    at its first steps (the scale starts too high) and after a loss spike. scaler.step() then finds inf/nan
+    gradients and skips optimizer.step(), and scaler.update() backs the scale off. Real fp16 overflows cannot happen
+    in bf16 on a CPU, so the check makes one: it shows whether the loop lets the scaler handle a skipped step (no
+    direct optimizer.step() writing nan into the weights, the gradients cleared before the next step)."""
+
+    def __init__(self, device: str, overflow_at: int, **kwargs):
+        super().__init__(device, **kwargs)
+        self.overflow_at, self.scaled = overflow_at, 0
+
+    def scale(self, outputs):
+        self.scaled += 1
+        scaled = super().scale(outputs)
+        return scaled * float("inf") if self.scaled == self.overflow_at else scaled
 
 
 @dataclass
@@ -68,7 +85,7 @@ def _train_case(exercise: str, with_scaler: bool = True, which: int = 0) -> Trai
     if exercise == "amp":
         case.amp_dtype = getattr(torch, values["amp_dtype"])
         scale = INIT_SCALE if case.amp_dtype == torch.bfloat16 else FP16_SCALE  # float16 overflows at 65504
-        case.scaler = torch.amp.GradScaler("cpu", init_scale=scale) if with_scaler else None
+        case.scaler = OverflowingScaler("cpu", OVERFLOW_AT, init_scale=scale) if with_scaler else None
     return case
 
 
@@ -134,6 +151,7 @@ class TrainView:
         for m in self.micros:
             m.step = next((k + 1 for k, s in enumerate(self.steps) if s > m.forward), None)
         self.windows = {k: [m for m in self.micros if m.step == k] for k in range(1, len(self.steps) + 1)}
+        self.skipped = {k for k in self.windows if self.step_event(k).info.get("skipped")}  # by scaler.step
         self.trailing = [m for m in self.micros if m.step is None]
         self._refs: dict = {}
         self.accepted: dict[int, float] = {}  # step -> the 1/window factor its gradient matched

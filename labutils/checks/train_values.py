@@ -4,6 +4,8 @@ of the mean cross-entropy, at the loop's own parameters), clipping, the logged n
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..trace import global_norm
@@ -48,10 +50,20 @@ def _st_return_value(v: TrainView):
     else:
         problem = next((_number_problem(n, f"norm {i + 1} of the returned list") for i, n in enumerate(norms)
                         if _number_problem(n, "")), None)
-    if problem is None and len(norms) != len(v.steps):
+    if problem is None and _norm_steps(v, norms) is None:
         problem = (f"{len(norms)} norms were returned for {len(v.steps)} optimizer steps: append one norm (the value "
                    f"clip_grad_norm_ returns) per optimizer step")
     return [Failure("norms", problem + ".")] if problem else []
+
+
+def _norm_steps(v: TrainView, norms) -> list[int] | None:
+    """The step each returned norm belongs to: one per step, or one per step the scaler did not skip (logging a
+    skipped step's inf norm and leaving it out are both right); None if the count fits neither."""
+    if len(norms) == len(v.steps):
+        return list(range(1, len(v.steps) + 1))
+    if v.skipped and len(norms) == len(v.steps) - len(v.skipped):
+        return [k for k in range(1, len(v.steps) + 1) if k not in v.skipped]
+    return None
 
 
 def _clean_steps(v: TrainView) -> list[int]:
@@ -60,6 +72,9 @@ def _clean_steps(v: TrainView) -> list[int]:
     or in clearing (its own property) does not hide whether the loss and its gradient are right."""
     clean = []
     for k, window in v.windows.items():
+        event = v.step_event(k)
+        if k in v.skipped or not all(torch.isfinite(t).all() for t in [*event.data["params"], *event.data["raw"].values()]):
+            continue  # an overflowing step (the scaler's to skip), or weights that hold an earlier one's inf/nan
         if not window or any(m.batch is None or m.backward is None or m.backward > v.steps[k - 1] for m in window):
             continue
         if not v.events[window[0].backward].info["fresh"]:
@@ -163,7 +178,7 @@ def _st_norms(v: TrainView):
     norms = v.run.result[1]
     if not v.accepted:
         return NotJudged("no step's gradient could be checked, so its norm cannot be (fix the gradient first)")
-    for k, got in enumerate(norms, start=1):
+    for k, got in zip(_norm_steps(v, norms) or range(1, len(norms) + 1), norms):  # a wrong count: return_value's
         if k not in v.accepted:
             continue
         want = global_norm(v.combined(k, v.accepted[k]))
@@ -193,6 +208,10 @@ def _st_mean_loss(v: TrainView):
     sizes = [len(v.case.batches[m.batch][1]) for m in v.micros]
     losses = [v.ref(m)[1] for m in v.micros]
     want = sum(n * loss for n, loss in zip(sizes, losses)) / sum(sizes)
+    if not math.isfinite(want):
+        poisoned = next(k for k in v.windows if not all(torch.isfinite(p).all() for p in v.step_event(k).data["params"]))
+        return NotJudged(f"the weights held inf/nan from step {poisoned} on, so every loss after it is nan and the "
+                         "mean cannot be checked (an earlier step applied an overflowing gradient: fix that first)")
     rtol = v.tol / 10
     if _close(value, want, rtol):
         return []

@@ -21,6 +21,7 @@ LOGIT_GAIN = 20.0  # wider logits: losses differ a lot between samples, so avera
 AMP_DTYPE = torch.bfloat16  # what CPU autocast supports
 INIT_SCALE = 2.0**16  # a large loss scale: clipping before unscale_ is off by a factor of 65536
 FP16_SCALE = 2.0**5  # with amp_dtype=float16 the scaled gradients must stay below float16's 65504
+OVERFLOW_AT = 3  # the AMP check's scaled loss overflows at this step (of 5): the scaler must skip it, the loop go on
 
 
 def _images(n: int, seed: int) -> torch.Tensor:

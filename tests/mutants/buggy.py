@@ -585,6 +585,35 @@ def no_scaler_update(model, loader, optimizer, scheduler, max_norm, scaler, amp_
     return total / seen, norms
 
 
+def skipped_step_keeps_gradients(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Clears the gradients only after a step the scaler did not skip: a skipped step's inf gradients stay, and
+    every step after it is skipped too."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        with torch.autocast("cpu", dtype=amp_dtype):
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        stepped = True
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            scale = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            stepped = scaler.get_scale() >= scale
+        else:
+            loss.backward()
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+        if stepped:
+            optimizer.zero_grad()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
 def no_autocast(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
     """Uses the scaler but never enters torch.autocast."""
     model.train()

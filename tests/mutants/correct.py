@@ -366,6 +366,37 @@ def amp_flags(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, 
     return loss_sum / n, norms
 
 
+def amp_skip_aware(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """As Hugging Face's Trainer: the scheduler steps, and the norm is logged, only when the scaler did not skip the
+    optimizer step (a smaller scale after update() means it did)."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        with torch.autocast(torch.device(device).type, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        stepped = True
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scale = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            stepped = scaler.get_scale() >= scale
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if stepped:
+            scheduler.step()
+            norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
 # --- 06 checkpointing ------------------------------------------------------------------------------------------------
 
 

@@ -345,7 +345,8 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     t0 = time.monotonic()
     report.write_all(result, the_plan.db_url)
     timings["reports_s"] = time.monotonic() - t0
-    (out / "timings.json").write_text(json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n")
+    journal.write_atomically(out / "timings.json",
+                             (json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n").encode())
     (say or log)(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
         + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
     return result

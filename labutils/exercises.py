@@ -76,7 +76,7 @@ class Exercise:
     id: str  # what the checks call it: check_train_one_epoch(fn, "accumulation"), show_trace(fn, "accumulation")
     notebook: str
     functions: tuple[Function, ...]
-    check: str  # the labutils.checks function that judges it
+    check: str  # "module:function" in labutils.checks: the check that judges it (the package exports it from here)
     check_args: tuple  # its arguments after the student's function(s)
     arguments: tuple[Argument, ...]
     properties: tuple[Property, ...]
@@ -85,6 +85,15 @@ class Exercise:
     def name(self) -> str:
         """The name its graded tests carry: the function's, or "checkpoint" for the save/load pair."""
         return self.functions[0].name if len(self.functions) == 1 else self.id
+
+    @property
+    def check_module(self) -> str:
+        return self.check.partition(":")[0]
+
+    @property
+    def check_name(self) -> str:
+        """What the notebooks call it: ``checks.check_normalize``."""
+        return self.check.partition(":")[2]
 
     @property
     def points(self) -> float:
@@ -141,14 +150,14 @@ _SCHEDULER = ("scheduler", "scheduler_order")
 
 def _train(exercise, notebook, params, returns, contract, arguments, properties) -> Exercise:
     fn = Function("train_one_epoch", _TRAIN + params + ("device",), returns, contract)
-    return Exercise(exercise, notebook, (fn,), "check_train_one_epoch", (exercise,), arguments, properties)
+    return Exercise(exercise, notebook, (fn,), "train:check_train_one_epoch", (exercise,), arguments, properties)
 
 
 EXERCISES: tuple[Exercise, ...] = (
     Exercise("normalize", "00_data_tour", (Function(
         "normalize_images", ("images",), "torch.Tensor",
         "uint8 (N, 28, 28) -> float32 (N, 1, 28, 28): `(images / 255 - MEAN) / STD`; the input is left unchanged"),),
-        "check_normalize", (),
+        "normalize:check_normalize", (),
         (Argument("images", (6, 11), "shape_dtype", "how many images (N)"),),
         (Property("shape_dtype", 1, "normalize_images returns a float32 tensor of shape (N, 1, 28, 28) for N images",
                   ("return_value",)),
@@ -169,7 +178,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("evaluate", "01_baseline", (Function(
         "evaluate", ("model", "loader", "device"), "tuple[float, float]",
         "(mean per-sample loss, accuracy in [0, 1]); eval mode + `no_grad`/`inference_mode`; leaves the model in "
-        "train mode afterwards"),), "check_evaluate", (),
+        "train mode afterwards"),), "evaluate:check_evaluate", (),
         (_device("loss"),),
         (Property("eval_mode", 1, "evaluate runs every forward in eval mode", ("eval_mode",)),
          Property("no_grad", 1, "evaluate runs its forwards without autograd (no_grad or inference_mode)",
@@ -239,7 +248,7 @@ EXERCISES: tuple[Exercise, ...] = (
         Function("load_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler"), "int",
                  "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`); returns the "
                  "step")),
-        "check_checkpoint", (),
+        "checkpointing:check_checkpoint", (),
         (Argument("step", (37, 1205), "return_step"),
          Argument("path", ("step-000037.pt", "run-b/last.ckpt"), "complete", "a Path, then a str in a sub-folder")),
         (Property("atomic", 1, "save_checkpoint writes a temp file beside the checkpoint, then os.replace",
@@ -259,7 +268,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "epoch, start_batch)`), saves `ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps "
         "(`labutils.checkpoint.save_checkpoint`), calls `on_step(step, loss)` after every optimizer step (after the "
         "save; `loss` is that step's mean training loss as a float), returns the final global step",
-        ("on_step",)),), "check_resume", (),
+        ("on_step",)),), "resumable:check_resume", (),
         (Argument("save_every", (4, 7), "saves"), Argument("epochs", (2, 3), "loop"),
          _device("loop")),
         (Property("saves", 1, "train_resumable saves step-{step:06d}.pt every save_every steps, before on_step",
@@ -274,7 +283,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "param_groups", ("model", "weight_decay"), "list[dict]",
         "AdamW parameter groups: `weight_decay` on weights of conv/linear layers, 0.0 on biases and normalisation "
         "parameters (every parameter with `ndim <= 1`); every trainable parameter exactly once"),),
-        "check_param_groups", (),
+        "param_groups:check_param_groups", (),
         (Argument("weight_decay", (0.037, 0.0123), "decay"),),
         (Property("coverage", 1, "param_groups puts every trainable parameter in exactly one group",
                   ("return_value", "coverage")),
@@ -363,7 +372,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
     Notebook("03_clipping", 1.0), Notebook("04_accumulation", 0.6), Notebook("05_amp", 0.8),
     Notebook("06_checkpointing", 0.75), Notebook("07_crash_resume", 0.85), Notebook("08_stretch", 0.8),
 )
-TRAIN_EXERCISES = tuple(e.id for e in EXERCISES if e.check == "check_train_one_epoch")
+TRAIN_EXERCISES = tuple(e.id for e in EXERCISES if e.check_name == "check_train_one_epoch")
 
 _REFERENCE_LOOP = ("labutils.reference.loop:train_one_epoch", "labutils.reference.loop:fit",
                    "labutils.reference.loop:optimizer_step")

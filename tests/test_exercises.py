@@ -43,7 +43,7 @@ def test_registry_shape():
     assert {e.id: e.points for e in exercises.EXERCISES} == POINTS
     assert [n.id for n in exercises.NOTEBOOKS] == sorted(p.stem for p in (ROOT / "solutions/loop_lab").glob("*.ipynb"))
     for e in exercises.EXERCISES:
-        assert callable(getattr(checks, e.check)), e.check
+        assert callable(getattr(checks, e.check_name)), e.check
         assert e.notebook in {n.id for n in exercises.NOTEBOOKS}
         assert len({p.id for p in e.properties}) == len(e.properties)
         for a in e.arguments:

@@ -1,8 +1,9 @@
 """Issue 18: a grading run survives its own death and grades only what changed.
 
 A small class with known mistakes is graded once without interruption (the reference). Then the same class is graded
-into another OUT by a grader that is killed with SIGKILL twice (as an OOM killer or a pre-emption would: no clean-up
-of its own) before a third run is let finish: its grades.csv and every student's JSON equal the reference's, the
+into another OUT by a grader that is killed with SIGKILL four times (as an OOM killer or a pre-emption would: no
+clean-up of its own), after its first finished task, after one more, during the gradebook write and during the
+summary (the last two at the grader's kill points), before a fifth run is let finish: its grades.csv and every student's JSON equal the reference's, the
 tasks finished before a kill are not graded again, nothing of a killed run is left running (each run is started
 under a subreaper, tests/autograder_cases/reaper.py) and no scratch folder of a dead run is left. Then a late student
 is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused.
@@ -27,6 +28,8 @@ try:
     from autograder_cases import build, reaper
 except ImportError:
     from tests.autograder_cases import build, reaper
+
+from autograder.results.journal import KILL_AT
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
@@ -62,7 +65,7 @@ def _students(tmp: Path) -> dict[str, build.Student]:
 class Run:
     """``autograder grade`` below a subreaper (so that what a killed grader leaves is seen), in its own TMPDIR."""
 
-    def __init__(self, submissions: Path, out: Path, tmp: Path, *extra: str):
+    def __init__(self, submissions: Path, out: Path, tmp: Path, *extra: str, env: dict | None = None):
         self.folder = tmp / f"run-{time.monotonic_ns()}"
         self.folder.mkdir(parents=True)
         self.tmpdir = tmp / "scratch"
@@ -71,7 +74,8 @@ class Run:
                    *LIMITS, *extra]
         self.proc = subprocess.Popen([sys.executable, str(REAPER), str(self.folder / "stdout"),
                                       str(self.folder / "stderr"), "--", *command], cwd=REPO,
-                                     env=dict(os.environ, TMPDIR=str(self.tmpdir)), stdin=subprocess.PIPE,
+                                     env=dict(os.environ, TMPDIR=str(self.tmpdir), **(env or {})),
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
     def grader_pid(self) -> int | None:
@@ -136,14 +140,18 @@ def graded(tmp_path_factory):
     assert first["returncode"] == 0, reference.stderr[-3000:]
 
     out, kills = tmp / "out", []
-    for moment in ("after the first task", "after one more task"):
-        run = Run(tmp / "submissions", out, tmp)
-        before = _journal(out)
-        _kill_when(run, lambda: len(_journal(out) - before) >= 1)
-        exited = run.exited(120)
+    for moment in ("after the first task", "after one more task", "during the gradebook write", "during the summary"):
+        point = {"during the gradebook write": "gradebook", "during the summary": "summary"}.get(moment)
+        if point is None:
+            run = Run(tmp / "submissions", out, tmp)
+            before = _journal(out)
+            _kill_when(run, lambda: len(_journal(out) - before) >= 1)
+        else:  # too short a moment to aim at from outside: the grader kills itself there (journal.kill_point)
+            run = Run(tmp / "submissions", out, tmp, env={KILL_AT: point})
+        exited = run.exited(900 if point else 120)
         time.sleep(2)  # death signals travel down the tree: zygote, its forks, kernels, workers
         kills.append({"moment": moment, "kept": _journal(out), "left": run.left(), "exited": exited,
-                      "stderr": run.stderr})
+                      "stderr": run.stderr, "files": {p.name for p in out.iterdir()}})
         run.stop()
     final = Run(tmp / "submissions", out, tmp)
     last = final.exited(900)
@@ -154,11 +162,25 @@ def graded(tmp_path_factory):
 
 
 def test_a_killed_run_keeps_what_it_finished(graded):
-    first, second = graded["kills"]
+    first, second = graded["kills"][:2]
     assert first["kept"], "the first killed run kept no finished task"
     assert first["kept"] <= second["kept"] and len(second["kept"]) > len(first["kept"])
     reused = re.search(r"(\d+) task\(s\) reused", graded["final"].stderr)
     assert reused and int(reused.group(1)) >= len(second["kept"]), graded["final"].stderr[-2000:]
+
+
+def test_a_run_killed_while_writing_its_results_is_finished_by_the_next(graded):
+    """Killed in the gradebook write (one student committed) and then in the summary (grades.csv and the JSONs
+    written, the plot not yet): every task was kept, so the runs after it grade nothing, and the files a killed run
+    left are whole (each is written atomically) and replaced."""
+    in_gradebook, in_summary = graded["kills"][2:]
+    assert "gradebook.db" in in_gradebook["files"] and "grades.csv" not in in_gradebook["files"]
+    assert {"grades.csv", "summary.md", *(f"{s}.json" for s in CLASS)} <= in_summary["files"]
+    assert "summary.png" not in in_summary["files"]
+    assert in_summary["kept"] == in_gradebook["kept"], "the run killed in its summary graded a task again"
+    assert re.search(r"reused from .*; 0 to grade", in_summary["stderr"]), in_summary["stderr"][-2000:]
+    assert re.search(r"reused from .*; 0 to grade", graded["final"].stderr), graded["final"].stderr[-2000:]
+    assert (graded["out"] / "summary.png").stat().st_size > 0
 
 
 def test_the_resumed_run_equals_an_uninterrupted_one(graded):

@@ -34,7 +34,7 @@ REGISTRY_ENTRY = '''
 EXERCISES = EXERCISES + (Exercise("standardise", "09_sample", (Function(
     "standardise", ("images",), "torch.Tensor",
     "uint8 (N, 28, 28) -> float32 (N, 1, 28, 28): `(images / 255 - MEAN) / STD`"),),
-    "check_normalize", (), (Argument("images", (6, 11), "shape_dtype", "how many images (N)"),),
+    "normalize:check_normalize", (), (Argument("images", (6, 11), "shape_dtype", "how many images (N)"),),
     (Property("shape_dtype", 1, "standardise returns a float32 tensor of shape (N, 1, 28, 28)", ("return_value",)),
      Property("values", 2, "standardise computes (images / 255 - MEAN) / STD", ("values",)))),)
 NOTEBOOKS = NOTEBOOKS + (Notebook("09_sample", 0.5),)

@@ -79,7 +79,7 @@ def test_an_odd_return_value_gets_a_verdict_naming_it(exercise, functions, shown
     """A check never crashes on what a student's function returns: it fails the property that owns the value,
     with a message that says what came back."""
     exercise_ = exercises.get(exercise)
-    report = getattr(__import__("labutils.checks", fromlist=["x"]), exercise_.check)(*functions, *exercise_.check_args)
+    report = getattr(__import__("labutils.checks", fromlist=["x"]), exercise_.check_name)(*functions, *exercise_.check_args)
     verdicts = properties.verdicts(exercise, report)
     failed = {p: message for p, (passed, message) in verdicts.items() if not passed}
     assert failed, f"{exercise} returning {shown} passed every property"

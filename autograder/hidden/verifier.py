@@ -118,7 +118,7 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
         snapshot = Snapshot()
     try:
         report = (properties.report_for(spec.id, tuple(fns), checks_module, cache) if len(call) > 2 else
-                  getattr(checks_module, spec.check)(*fns, *spec.check_args))
+                  getattr(checks_module, spec.check_name)(*fns, *spec.check_args))
     except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
         return False, f"{function_name} could not be checked: {type(exc).__name__}: {exc}"
     changed = snapshot.tampered() if snapshot is not None else []

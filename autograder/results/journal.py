@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def lock_out(out: Path):
     f.write(f"pid {os.getpid()}")
     f.flush()
     return f
+
+
+KILL_AT = "AUTOGRADER_KILL_AT"
+
+
+def kill_point(name: str) -> None:
+    """Die here, by SIGKILL, when the environment names this point (``AUTOGRADER_KILL_AT=gradebook``): how the
+    tests show a run killed during the gradebook write or the summary is finished by the next one. Those moments
+    last milliseconds, too short to aim a kill at from outside; an OOM killer or a pre-emption hits them anyway."""
+    if os.environ.get(KILL_AT) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 import statistics
@@ -13,6 +14,8 @@ from pathlib import Path
 from labutils import exercises
 
 from autograder.layout import ASSIGNMENT
+
+from .journal import kill_point, write_atomically
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
 
@@ -41,6 +44,7 @@ def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], o
                     grade.auto_score = test["auto_score"] if test else 0.0
                     grade.needs_manual_grade = grade.manual_score is None and bool(test and test["needs_manual_grade"])
             gb.db.commit()
+            kill_point("gradebook")  # a test's: one student committed, the others not yet
 
 
 def _gradebook_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict, dict]:
@@ -135,7 +139,7 @@ def style_feedback(path: Path) -> None:
     """Add :data:`FEEDBACK_CSS` to one feedback page (once)."""
     html = path.read_text(encoding="utf-8")
     if 'id="looplab-feedback"' not in html and "</head>" in html:
-        path.write_text(html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1), encoding="utf-8")
+        write_atomically(path, html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1).encode("utf-8"))
 
 
 def write_all(result, db_url: str) -> None:
@@ -144,13 +148,14 @@ def write_all(result, db_url: str) -> None:
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))
     rows, test_max, by_hand = _gradebook_rows(db_url, result.students, result.notebooks)
-    with open(out / "grades.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomically(out / "grades.csv", table.getvalue().encode())  # a reader never sees half a file
     records = [student_record(result, s, test_max, by_hand) for s in result.students]
     for rec in records:
-        (out / f"{rec['student']}.json").write_text(json.dumps(rec, indent=1) + "\n")
+        write_atomically(out / f"{rec['student']}.json", (json.dumps(rec, indent=1) + "\n").encode())
     write_summary(out, records, test_max, result)
 
 
@@ -220,7 +225,8 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         for student, notes in noted:
             lines += [f"- **{student}**: " + "; ".join(_first_line(x, 200) for x in notes)]
     lines.append("")
-    (out / "summary.md").write_text("\n".join(lines))
+    write_atomically(out / "summary.md", "\n".join(lines).encode())
+    kill_point("summary")  # a test's: the summary written, its plot not yet
     _plot(out / "summary.png", totals, max_total, failures, n)
 
 
@@ -283,5 +289,7 @@ def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: 
     ax2.set_xlabel(f"students failing or not handing in (of {n})")
     ax2.set_title("Failures per test")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
+    write_atomically(path, image.getvalue())

@@ -10,8 +10,9 @@ A report names the failing check, the step, what was observed, the student's tra
 the fix in one sentence. Checks depend on each other: when one root mistake breaks several (no ``zero_grad`` also makes
 the applied gradient wrong), only the root is reported and the checks that depend on it are listed as not run.
 
-Public API: check_normalize, check_train_one_epoch, check_evaluate, check_checkpoint, check_resume,
-check_param_groups, show_trace, CheckReport, and assert_property (the visible part of a graded test cell).
+Public API: each exercise's check (check_normalize, check_train_one_epoch, check_evaluate, check_checkpoint,
+check_resume, check_param_groups: exported from the module the registry, :mod:`labutils.exercises`, names), show_trace,
+CheckReport, and assert_property (the visible part of a graded test cell).
 
 The modules, shared parts first, then one per exercise in the order of the lab:
 
@@ -23,19 +24,20 @@ The modules, shared parts first, then one per exercise in the order of the lab:
   ``param_groups`` (08); ``show``: show_trace; ``properties``: the graded properties judged from one report.
 """
 
-from ..exercises import TRAIN_EXERCISES
+from importlib import import_module
+
+from ..exercises import EXERCISES, FORBIDDEN, TRAIN_EXERCISES
 from .calling import SimulatedCrash
-from .checkpointing import check_checkpoint
-from .evaluate import check_evaluate
-from .normalize import check_normalize
-from .param_groups import check_param_groups
 from .properties import assert_property
 from .report import CheckReport, Failure
-from .resumable import check_resume
 from .show import show_trace
-from .train import check_train_one_epoch
-from ..exercises import FORBIDDEN
 
+
+def _registered_checks() -> dict:
+    """Every exercise's check, from the module the registry names: a new exercise is not also listed here."""
+    return {e.check_name: getattr(import_module(f"{__name__}.{e.check_module}"), e.check_name) for e in EXERCISES}
+
+
+globals().update(_registered_checks())
 __all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "assert_property",
-           "check_checkpoint", "check_evaluate", "check_normalize", "check_param_groups", "check_resume",
-           "check_train_one_epoch", "show_trace"]
+           "show_trace", *sorted({e.check_name for e in EXERCISES})]

@@ -51,7 +51,7 @@ def report_for(exercise_id: str, fns: tuple, checks_module=None, cache: dict | N
     if checks_module is None:
         from labutils import checks as checks_module
     try:
-        report = getattr(checks_module, exercise.check)(*fns, *exercise.check_args)
+        report = getattr(checks_module, exercise.check_name)(*fns, *exercise.check_args)
     except BaseException as exc:  # a cell time limit's interrupt (CellTimeoutError), sys.exit(): not a verdict
         if not isinstance(exc, Exception):
             what = "CellTimeoutError: interrupted" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__

@@ -206,7 +206,7 @@ VARIANTS = CORRECT + BUGGY
 def run_check(variant: Variant) -> checks.CheckReport:
     """The labutils check the autograder runs for this variant's exercise."""
     exercise = exercises.get(variant.exercise)
-    return getattr(checks, exercise.check)(*variant.functions, *exercise.check_args)
+    return getattr(checks, exercise.check_name)(*variant.functions, *exercise.check_args)
 
 
 def source(variant: Variant) -> str:

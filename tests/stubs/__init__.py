@@ -66,4 +66,4 @@ STUBS = DO_NOTHING + PARTIAL
 
 def run_check(stub: Stub) -> checks.CheckReport:
     exercise = exercises.get(stub.exercise)
-    return getattr(checks, exercise.check)(*stub.functions, *exercise.check_args)
+    return getattr(checks, exercise.check_name)(*stub.functions, *exercise.check_args)

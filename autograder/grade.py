@@ -10,7 +10,7 @@ Three steps, each a function:
    :class:`autograder.run.pool.LocalExecutor` (``-j`` worker processes, longest tasks first); any object with its
    ``start`` / ``run`` / ``close`` can take its place (a Dask cluster).
 3. :func:`collect`: this process alone writes the real gradebook (SQLite by default, any SQLAlchemy URL), the
-   feedback and the reports (:mod:`autograder.results.report`).
+   feedback and the reports (:mod:`autograder.results`).
 
 A task that hangs past every limit has its worker killed and restarted; the student gets zero for that notebook with
 the reason, the others are still graded, and the exit status says the run is incomplete.
@@ -18,7 +18,6 @@ the reason, the others are still graded, and the exit status says the run is inc
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from .run.progress import Progress, fmt as _fmt
 from .run import scratch
 from .run.pool import LocalExecutor
 from .results import journal
+from .results.outcome import TaskOutcome
 
 if TYPE_CHECKING:
     from .course.submissions import Submission
@@ -82,28 +82,6 @@ class GradeOptions:
     require_isolation: bool = field(default=False, metadata=_flag(
         "--require-isolation", "refuse to grade when this machine does not allow every confinement layer (cgroups, "
         "a private scratch, the network filter, an unprivileged user)"))
-
-
-@dataclass
-class TaskOutcome:
-    student: str
-    notebook: str
-    status: str  # graded | missing | unreadable | error
-    tests: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    feedback: str | None = None
-    timings: dict = field(default_factory=dict)  # kernel_s, recheck_s, total_s inside the worker
-    autograded: str | None = None  # the notebook as graded (outputs, hidden tests): what formgrader shows
-
-    @classmethod
-    def from_result(cls, result: Result, seconds: float) -> TaskOutcome:
-        notes = list(result.notes)
-        if result.status != "graded":
-            notes.append(f"could not be graded: {result.error}")
-        return cls(student=result.student, notebook=result.notebook, status=result.status,
-                   tests=[dataclasses.asdict(t) for t in result.tests], notes=notes, seconds=round(seconds, 1),
-                   feedback=result.feedback, timings=dict(result.timings), autograded=result.autograded)
 
 
 @dataclass
@@ -192,8 +170,8 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
             progress.log(note)
 
         def on_result(result: Result, seconds: float) -> None:
-            outcome = TaskOutcome.from_result(result, seconds)
-            outcome = TaskOutcome(**kept.record(result.id, keys[result.id], dataclasses.asdict(outcome)))
+            kept_json = kept.record(result.id, keys[result.id], TaskOutcome.from_result(result, seconds).to_json())
+            outcome = TaskOutcome.from_json(kept_json)  # as kept: its feedback and notebook are the journal's copies
             outcomes[(outcome.student, outcome.notebook)] = outcome
             progress.done(outcome.student, outcome.notebook, _status(outcome), outcome.seconds)
 
@@ -247,7 +225,7 @@ def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: Gra
             todo.append(task)
             why[reason] = why.get(reason, 0) + 1
         else:
-            outcomes[(task.student, task.notebook)] = TaskOutcome(**outcome)
+            outcomes[(task.student, task.notebook)] = TaskOutcome.from_json(outcome)
     reused = len(the_plan.tasks) - len(todo)
     if reused:
         say(f"{reused} task(s) reused from {kept.folder} (graded before, nothing changed); {len(todo)} to grade"
@@ -303,7 +281,7 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
 def _status(outcome: TaskOutcome) -> str:
     if outcome.status != "graded":
         return outcome.status.upper()
-    return f"{sum(t['points'] for t in outcome.tests):g}/{sum(t['max_points'] for t in outcome.tests):g}"
+    return f"{outcome.points:g}/{outcome.max_points:g}"
 
 
 def _new_sqlite_file(db_url: str) -> Path | None:
@@ -320,12 +298,12 @@ def _new_sqlite_file(db_url: str) -> Path | None:
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
             started: float, say=None) -> RunResult:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
-    from .results import report
+    from .results import gradebook, report
 
     out = the_plan.out
     timings = the_plan.timings
     t0 = time.monotonic()
-    report.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
+    gradebook.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
     timings["store_s"] = time.monotonic() - t0
     for outcome in outcomes.values():
         if outcome.feedback and Path(outcome.feedback).exists():

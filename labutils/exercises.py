@@ -230,7 +230,7 @@ EXERCISES: tuple[Exercise, ...] = (
            "without: plain backward and step; norms are of the unscaled gradients; a step the scaler skips (its "
            "gradients overflowed) is still cleared after, and the scheduler may step then or not, its norm (inf) be "
            "logged or left out",
-           (_AMP_DTYPE, _max_norm("loop")),  # no device: "cpu:0" breaks device_type = "cpu" if device == "cpu" ...
+           (_AMP_DTYPE, _max_norm("loop"), _device("loop")),  # "cpu:0": autocast's device_type is its type, "cpu"
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",)),
             Property("scaler", 1, "train_one_epoch scales the loss and steps through scaler.step and scaler.update",

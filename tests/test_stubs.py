@@ -92,7 +92,7 @@ def test_an_odd_return_value_gets_a_verdict_naming_it(exercise, functions, shown
 def test_the_class_summary_counts_not_judged_under_its_root_cause():
     """A student whose steps are wrong also loses gradient and mean_loss as "not judged": the summary's concept
     row is the steps' (the mistake to teach again), not three concepts."""
-    from autograder.results import report
+    from autograder.results import summary
 
     variant = next(v for v in mutants.BUGGY if v.name == "forward_under_no_grad")
     exercise = exercises.get(variant.exercise)
@@ -100,5 +100,5 @@ def test_the_class_summary_counts_not_judged_under_its_root_cause():
     tests = [{"notebook": exercise.notebook, "name": exercise.grade_id(p), "kind": "auto", "passed": passed,
               "message": message} for p, (passed, message) in verdicts.items()]
     record = {"student": "ann", "tests": tests, "notebooks": {exercise.notebook: {"status": "graded"}}}
-    missed = report._missed_by_root_cause([record])
+    missed = summary._missed_by_root_cause([record])
     assert missed == {(exercise.notebook, exercise.grade_id("steps")): {"ann"}}

@@ -11,7 +11,7 @@ After ``python -m autograder grade SUBMISSIONS --out OUT``, OUT is an nbgrader c
 so ``jupyter lab`` started in OUT opens it in formgrader (Nbgrader > Formgrader) with every submission and its
 autograded scores, written answers are scored by hand there, and :func:`export_grades` (``python -m autograder
 export --out OUT``) writes every student's total, manual points included. Grading again keeps the manual scores
-(:func:`autograder.results.report.store_in_gradebook`).
+(:func:`autograder.results.gradebook.store_in_gradebook`).
 """
 
 from __future__ import annotations

@@ -26,9 +26,10 @@ from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
 from autograder import channel
-from autograder.hidden import verifier as hidden
+from autograder.hidden import plan as recheck_plan
+from autograder.hidden.plan import has_error
 from autograder.course.cells import gradebook_notebook
-from autograder.channel import RecheckCell, RecheckOutcome, RecheckReply, RecheckRequest, RecheckSpec
+from autograder.channel import RecheckReply, RecheckRequest, RecheckSpec
 from autograder.sandbox.context import current as _context
 from autograder.sandbox.kernels import KERNEL_START_TRIES, ZygoteKernelManager
 
@@ -52,10 +53,6 @@ def _last_error(ctx) -> str:
         return ""
     said = [line.strip() for line in lines if re.match(r"\s*\w*(Error|Exception)\b", line)]
     return f"; it said: {said[-1][:300]}" if said else ""
-
-
-def has_error(cell: NotebookNode) -> bool:
-    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
 
 
 class SandboxedExecute(Execute):
@@ -195,35 +192,14 @@ class SandboxedExecute(Execute):
 
     def _recheck(self, resources, timed_out: set[int], stopped_at: int | None) -> None:
         ctx = _context()
-        sources = _gradebook_sources(resources)
-        targets = {}
-        for index, cell in enumerate(self.nb.cells):
-            if cell.cell_type != "code" or not utils.is_grade(cell):
-                continue
-            grade_id = cell.metadata.nbgrader.get("grade_id")
-            calls = hidden.verify_calls(sources.get(grade_id, ""))
-            if calls and not has_error(cell):
-                targets[index] = (grade_id, calls)
-        if not targets:
+        the_plan = recheck_plan.plan(self.nb.cells, _gradebook_sources(resources), timed_out, stopped_at)
+        if the_plan is None:
             return
-        last = max(targets)
-        cells = []
-        for index, cell in enumerate(self.nb.cells[: last + 1]):
-            if cell.cell_type != "code" or not cell.source.strip():
-                continue
-            if index in targets:
-                grade_id, calls = targets[index]
-                cells.append(RecheckCell(index=index, grade_id=grade_id, checks=[list(c) for c in calls]))
-            elif utils.is_grade(cell):
-                continue  # the instructor's tests: not re-run, only their hidden checks (above)
-            else:
-                skip = index in timed_out or (stopped_at is not None and index >= stopped_at)
-                cells.append(RecheckCell(index=index, source=cell.source, run=not skip))
         work = ctx.task_dir / "recheck"
         for sub in ("cwd", "home", "tmp"):
             (work / sub).mkdir(parents=True, exist_ok=True)
         spec_path = work / "spec.json"
-        spec_path.write_bytes(channel.encode(RecheckSpec(cells=cells, cell_timeout=self.timeout_cell_limit())))
+        spec_path.write_bytes(channel.encode(RecheckSpec(cells=the_plan.cells, cell_timeout=self.timeout_cell_limit())))
         env = dict(ctx.kernel_env, HOME=str(work / "home"), TMPDIR=str(work / "tmp"), MPLBACKEND="Agg")
         own = [str(work / "cwd"), str(work / "home"), str(work / "tmp")]
         policy = dataclasses.replace(ctx.policy, write_dirs=own, own_paths=[*own, str(spec_path)],
@@ -234,24 +210,12 @@ class SandboxedExecute(Execute):
             timeout=self.notebook_timeout, threads=ctx.threads,
         ), RecheckReply, timeout=self.notebook_timeout + 30)
         ctx.timings["recheck_s"] = round(time.monotonic() - started, 2)
-        results: dict[str, dict[tuple, channel.CheckLine]] = {}
-        for line in reply.lines:
-            results.setdefault(line.grade_id, {})[tuple(line.call)] = line
-        for index, (grade_id, calls) in targets.items():
-            got = results.get(grade_id, {})
-            for call in calls:
-                item = got.get(tuple(call))
-                if item is None:
-                    why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout"
-                           else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
-                    message = f"{hidden.describe(call)} {why}"
-                elif item.passed is True:
-                    ctx.rechecks.append(RecheckOutcome(grade_id=grade_id, call=list(call), passed=True))
-                    continue
-                else:
-                    message = item.message or "hidden test failed"
-                ctx.rechecks.append(RecheckOutcome(grade_id=grade_id, call=list(call), passed=False, message=message))
-                self.nb.cells[index].outputs.append(_error("AssertionError", message))
+        why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout"
+               else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
+        for index, outcome in the_plan.outcomes(reply.lines, why):
+            ctx.rechecks.append(outcome)
+            if not outcome.passed:
+                self.nb.cells[index].outputs.append(_error("AssertionError", outcome.message))
 
     def timeout_cell_limit(self) -> int:
         return int(getattr(self, "_cell_limit", None) or self.timeout or 60)

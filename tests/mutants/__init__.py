@@ -182,6 +182,8 @@ BUGGY = [
             "accumulation", "as if accum_steps=2, not the accum_steps=3 it was given"),
     Variant("amp_hardcoded_max_norm", "amp", b.amp_hardcoded_max_norm, "clip",
             "clipped at 2, not at the max_norm=1.37 it was given"),
+    Variant("amp_hardcoded_device", "amp", b.amp_hardcoded_device, "device",
+            "moved tensors to 'cpu', not to the device='cpu:0' it was given"),
     Variant("amp_hardcoded_dtype", "amp", b.amp_hardcoded_dtype, "autocast",
             "ran under autocast torch.bfloat16, with amp_dtype=torch.float16"),
     Variant("checkpoint_hardcoded_step", "checkpoint", (b.save_hardcoded_step, c.load_canonical), "return_value",

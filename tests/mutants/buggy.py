@@ -1070,6 +1070,32 @@ def amp_hardcoded_max_norm(model, loader, optimizer, scheduler, max_norm, scaler
     return total / seen, norms
 
 
+def amp_hardcoded_device(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Moves the batches to "cpu" (and autocasts there) whatever device it is given."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to("cpu"), y.to("cpu")
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
 def amp_hardcoded_dtype(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
     """Autocasts to bfloat16 whatever amp_dtype says."""
     model.train()

@@ -341,13 +341,14 @@ def amp_canonical(model, loader, optimizer, scheduler, max_norm, scaler, amp_dty
 
 
 def amp_flags(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
-    """autocast(enabled=True) with keywords, a use_scaler flag, zero_grad after the step."""
+    """autocast(enabled=True) with keywords and its device_type by a test on the string, a use_scaler flag, zero_grad
+    after the step."""
     model.train()
     use_scaler = scaler is not None
     loss_sum, n, norms = 0.0, 0, []
     for images, labels in loader:
         images, labels = images.to(device), labels.to(device)
-        with torch.autocast(device_type="cpu" if str(device) == "cpu" else "cuda", dtype=amp_dtype, enabled=True):
+        with torch.autocast(device_type="cuda" if "cuda" in str(device) else "cpu", dtype=amp_dtype, enabled=True):
             logits = model(images)
             loss = nn.functional.cross_entropy(logits, labels)
         (scaler.scale(loss) if use_scaler else loss).backward()

@@ -1,0 +1,75 @@
+"""The plan of a notebook's recheck, and its verdicts read back: which graded cells carry hidden checks (their
+``verify(...)`` calls, read from the gradebook's copy of the cell, never from the submission), which of the
+student's cells the recheck re-runs before them, and, from the recheck's reply, one outcome per hidden check.
+
+The notebook runner (:mod:`autograder.run.execute`) only runs the notebook; it asks for this plan, sends it to the
+zygote and puts the failures under their test cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nbgrader import utils
+
+from autograder.channel import CheckLine, RecheckCell, RecheckOutcome
+
+from . import verifier
+
+
+def has_error(cell) -> bool:
+    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+
+
+@dataclass
+class RecheckPlan:
+    targets: dict[int, tuple[str, list]]  # cell index -> (grade_id, its verify calls)
+    cells: list[RecheckCell]  # what the recheck runs, in order: the student's cells, then each target's checks
+
+    def outcomes(self, lines: list[CheckLine], why_missing: str) -> list[tuple[int, RecheckOutcome]]:
+        """(cell index, outcome) for every hidden check planned; one the reply does not answer failed, ``why``."""
+        answered: dict[str, dict[tuple, CheckLine]] = {}
+        for line in lines:
+            answered.setdefault(line.grade_id, {})[tuple(line.call)] = line
+        outcomes = []
+        for index, (grade_id, calls) in self.targets.items():
+            got = answered.get(grade_id, {})
+            for call in calls:
+                item = got.get(tuple(call))
+                if item is not None and item.passed is True:
+                    outcomes.append((index, RecheckOutcome(grade_id=grade_id, call=list(call), passed=True)))
+                    continue
+                message = f"{verifier.describe(call)} {why_missing}" if item is None else \
+                    item.message or "hidden test failed"
+                outcomes.append((index, RecheckOutcome(grade_id=grade_id, call=list(call), passed=False,
+                                                       message=message)))
+        return outcomes
+
+
+def plan(cells, sources: dict[str, str], timed_out: set[int], stopped_at: int | None) -> RecheckPlan | None:
+    """The recheck of a notebook whose ``cells`` ran (``timed_out``: cells stopped by the cell time limit;
+    ``stopped_at``: the first cell not run); None when no graded cell that ran cleanly has a hidden check.
+    ``sources``: grade_id -> the gradebook's source of that cell."""
+    targets = {}
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code" or not utils.is_grade(cell):
+            continue
+        grade_id = cell.metadata.nbgrader.get("grade_id")
+        calls = verifier.verify_calls(sources.get(grade_id, ""))
+        if calls and not has_error(cell):
+            targets[index] = (grade_id, calls)
+    if not targets:
+        return None
+    planned = []
+    for index, cell in enumerate(cells[: max(targets) + 1]):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        if index in targets:
+            grade_id, calls = targets[index]
+            planned.append(RecheckCell(index=index, grade_id=grade_id, checks=[list(c) for c in calls]))
+        elif utils.is_grade(cell):
+            continue  # the instructor's tests: not re-run, only their hidden checks (above)
+        else:
+            skip = index in timed_out or (stopped_at is not None and index >= stopped_at)
+            planned.append(RecheckCell(index=index, source=cell.source, run=not skip))
+    return RecheckPlan(targets, planned)

@@ -1,0 +1,59 @@
+"""The instructor's gradebook (nbgrader's, SQLite or any SQLAlchemy URL): this run's scores go in, and what is read back
+(with every score given by hand in formgrader) is what grades.csv and the students' JSON say."""
+
+from __future__ import annotations
+
+from autograder.layout import ASSIGNMENT
+
+from .journal import kill_point
+
+
+def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
+    """Write every student's autograded scores into the gradebook; missing or ungradable notebooks score 0.
+
+    A score given by hand (formgrader's manual_score, on a written answer or overriding a test) stands when the
+    class is graded again: the cell is not flagged for grading by hand a second time."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use is noisy, not wrong
+    with Gradebook(db_url) as gb:
+        for student in students:
+            gb.update_or_create_student(student)
+            gb.update_or_create_submission(ASSIGNMENT, student)
+            for nb in notebooks:
+                outcome = outcomes[(student, nb)]
+                tests = outcome.cells()
+                submission = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                for grade in submission.grades:
+                    test = tests.get(grade.name)
+                    grade.auto_score = test.auto_score if test else 0.0
+                    grade.needs_manual_grade = grade.manual_score is None and bool(test and test.needs_manual_grade)
+            gb.db.commit()
+            kill_point("gradebook")  # a test's: one student committed, the others not yet
+
+
+def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict, dict]:
+    """(CSV rows, {(notebook, test): (max points, graded by hand?)} in cell order, {(student, notebook, test): the
+    score given by hand in formgrader}) read back from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    rows, test_max, by_hand = [], {}, {}
+    with Gradebook(db_url) as gb:
+        for nb in notebooks:
+            notebook = gb.find_notebook(nb, ASSIGNMENT)
+            order = [c.name for c in notebook.source_cells]
+            written = {c.name for c in notebook.solution_cells}
+            for cell in sorted(notebook.grade_cells, key=lambda c: order.index(c.name) if c.name in order else 0):
+                test_max[(nb, cell.name)] = (float(cell.max_score), cell.name in written)
+        for student in students:
+            for nb in notebooks:
+                sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                by_hand.update({(student, nb, g.name): float(g.manual_score) for g in sub.grades
+                                if g.manual_score is not None})
+                rows.append({"student": student, "notebook": nb, "score": float(sub.score or 0.0),
+                             "max_score": float(sub.max_score or 0.0)})
+    return rows, test_max, by_hand
+

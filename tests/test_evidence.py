@@ -330,6 +330,10 @@ def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachab
     assert len(verdicts) == len(train.properties) + len(evaluate.properties), log[-2000:]
     assert not any(v for (grade_id, _), v in verdicts.items() if grade_id == "train"), verdicts
     assert all(v for (grade_id, _), v in verdicts.items() if grade_id == "evaluate"), (verdicts, reply.lines)
+    first, *later = [line.message for line in reply.lines if line.grade_id == "train"]
+    assert "did not return in the grader's re-run" in first, first
+    for message in later:  # as the kernel says it: the judge remembers the check that never returned
+        assert "did not return in the graded test above it (SystemExit)" in message, message
 
 
 @pytest.mark.slow

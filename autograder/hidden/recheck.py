@@ -224,7 +224,11 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
     if end.get("tampered"):
         return False, (f"{call[1]} changed {', '.join(sorted(map(str, end['tampered']))[:5])} while it was being "
                        "checked; functions that modify torch or labutils are not accepted.")
-    if end.get("error") and not passed:
+    if end.get("error") and not passed:  # as in the kernel, this exercise's later tests say it never returned
+        from labutils.checks import properties
+
+        fns, _ = hidden.find_functions(call[0], call[1], functions[exercise.id])
+        properties.never_returned(exercise.id, tuple(fns), str(end["error"]).partition(":")[0], cache)
         return False, (f"{call[1]} did not return in the grader's re-run of the notebook ({end['error']}): fix that "
                        "first, then it is judged.")
     if extra:

@@ -54,11 +54,18 @@ def report_for(exercise_id: str, fns: tuple, checks_module=None, cache: dict | N
         report = getattr(checks_module, exercise.check_name)(*fns, *exercise.check_args)
     except BaseException as exc:  # a cell time limit's interrupt (CellTimeoutError), sys.exit(): not a verdict
         if not isinstance(exc, Exception):
-            what = "CellTimeoutError: interrupted" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
-            memo[key] = (seen, what)
+            never_returned(exercise_id, fns, type(exc).__name__, cache)
         raise
     memo[key] = (seen, report)
     return report
+
+
+def never_returned(exercise_id: str, fns: tuple, stopped_by: str, cache: dict | None = None) -> None:
+    """Remember that the check of ``fns`` did not return (``stopped_by``: the name of what stopped it), so the
+    exercise's later graded tests say so instead of waiting for it again: in a kernel, and in the grader's judge,
+    which learns it from the end of the check its observer sends."""
+    what = "CellTimeoutError: interrupted" if stopped_by == "KeyboardInterrupt" else stopped_by
+    (_MEMO if cache is None else cache)[("looplab-property-report", exercise_id)] = (_seen(fns), what)
 
 
 def is_cached(exercise_id: str, fns: tuple, cache: dict | None = None) -> bool:

@@ -53,6 +53,13 @@ def gradebook_notebook(resources):
             yield None
 
 
+def in_cell_order(items, notebook) -> list:
+    """``items`` with a ``name`` (grade cells, cell scores) in the order their cells stand in the gradebook's copy
+    of ``notebook``; any name it does not hold goes last."""
+    order = {cell.name: i for i, cell in enumerate(notebook.source_cells)}
+    return sorted(items, key=lambda item: order.get(item.name, len(order)))
+
+
 def _canonical_metadata(resources) -> dict[str, dict]:
     with gradebook_notebook(resources) as notebook:
         if notebook is None:

@@ -124,8 +124,7 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
     changed = snapshot.tampered() if snapshot is not None else []
     if changed:  # every property test sharing this report fails the same way, not only the first
         properties.forget(spec.id, cache)
-        return False, (f"{function_name} changed {', '.join(sorted(changed)[:5])} while it was being checked; "
-                       "functions that modify torch or labutils are not accepted.")
+        return False, tampered_message(function_name, changed)
     if len(call) > 2:
         passed, message = properties.judge(spec.id, call[2], report)
         return passed is True, message
@@ -148,3 +147,9 @@ def verify(notebook_id: str, function_name: str, property_id: str | None = None)
     passed, message = run_check(call, namespace)
     if not passed:
         raise AssertionError(message)
+
+
+def tampered_message(function_name: str, changed) -> str:
+    """What a student reads when their function patched a module its check uses (in place or in the recheck)."""
+    return (f"{function_name} changed {', '.join(sorted(map(str, changed))[:5])} while it was being checked; "
+            "functions that modify torch or labutils are not accepted.")

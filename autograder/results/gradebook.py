@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from autograder.course.cells import in_cell_order
 from autograder.layout import ASSIGNMENT
 
 from .journal import kill_point
@@ -44,9 +45,8 @@ def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[l
     with Gradebook(db_url) as gb:
         for nb in notebooks:
             notebook = gb.find_notebook(nb, ASSIGNMENT)
-            order = [c.name for c in notebook.source_cells]
             written = {c.name for c in notebook.solution_cells}
-            for cell in sorted(notebook.grade_cells, key=lambda c: order.index(c.name) if c.name in order else 0):
+            for cell in in_cell_order(notebook.grade_cells, notebook):
                 test_max[(nb, cell.name)] = (float(cell.max_score), cell.name in written)
         for student in students:
             for nb in notebooks:

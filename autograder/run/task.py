@@ -23,7 +23,7 @@ from autograder.sandbox import context
 from . import execute
 from autograder.channel import CellScore, Result, RunConfig, Task
 from autograder.layout import ASSIGNMENT
-from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests
+from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, in_cell_order
 from autograder.course.nbgrader_setup import nbgrader_config, run_converter, sqlite_url
 from autograder.sandbox.client import Zygote, ZygoteError, base_policy, kernel_env
 
@@ -200,7 +200,6 @@ def read_scores(course: Path, student: str, notebook: str) -> list[CellScore]:
                 messages[grade_id] = failure_message(cell.get("outputs", []))
     with Gradebook(sqlite_url(course / "gradebook.db")) as gb:
         source_nb = gb.find_notebook(notebook, ASSIGNMENT)
-        order = [c.name for c in source_nb.source_cells]
         written = {c.name for c in source_nb.solution_cells}  # graded and answered by the student: graded by hand
         submission = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
         tests = []
@@ -216,5 +215,4 @@ def read_scores(course: Path, student: str, notebook: str) -> list[CellScore]:
                 needs_manual_grade=bool(grade.needs_manual_grade),
                 message=messages.get(grade.name, ""),
             ))
-    tests.sort(key=lambda t: order.index(t.name) if t.name in order else len(order))
-    return tests
+        return in_cell_order(tests, source_nb)

@@ -116,6 +116,10 @@ class Exercise:
         """The value of every honoured argument in the check's main run."""
         return {a.name: a.values[0] for a in self.arguments}
 
+    def varied(self) -> dict:
+        """The second value of every honoured argument: the run where a function using numbers of its own shows."""
+        return {a.name: a.values[1] for a in self.arguments}
+
     def owner(self, check: str) -> list[Property]:
         """The properties a failure with this id costs."""
         return [p for p in self.properties if check in p.checks]

@@ -15,7 +15,7 @@ from ..data import make_loader
 from ..trace import Event, Tracer, mark_batches
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
-from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
+from .report import CheckReport, Failure, NotJudged, _beside, _run_stages, as_given
 from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
                     _tiny_model)
 
@@ -217,13 +217,12 @@ def check_evaluate(fn) -> CheckReport:
     if view.run.error is not None and not report.failures:
         report.failures.append(_exception_failure("evaluate", fn, view.run.error))
     if report.passed:  # the device it must honour, at its second value: a hard-coded device shows here
-        device = exercises.get("evaluate").argument("device").values[1]
+        varied = exercises.get("evaluate").varied()
         with _isolated():
-            view = _run_evaluate(fn, device)
-        before = len(report.failures)
-        _run_stages(report, EVAL_STAGES, view, names)
-        if view.run.error is not None and len(report.failures) == before:
-            report.failures.append(_exception_failure("evaluate", fn, view.run.error, f" with device={device!r}"))
-        for failure in report.failures[before:]:
-            failure.message = f"with device={device!r}, " + failure.message
+            view = _run_evaluate(fn, varied["device"])
+        with as_given(report, varied):
+            before = len(report.failures)
+            _run_stages(report, EVAL_STAGES, view, names)
+            if view.run.error is not None and len(report.failures) == before:
+                report.failures.append(_exception_failure("evaluate", fn, view.run.error))
     return report

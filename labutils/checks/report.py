@@ -4,6 +4,7 @@ student's trace printed beside the expected order.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import textwrap
 from dataclasses import dataclass, field
@@ -120,3 +121,18 @@ def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, tit
     rows = [f"{title:<{width}}expected order"]
     rows += [f"{a[:width - 1]:<{width}}{b}" for a, b in itertools.zip_longest(left, expected, fillvalue="")]
     return "\n".join(rows)
+
+
+def given(values: dict) -> str:
+    """How a failure of the run with varied arguments begins: "with epochs=3, device='cpu:0', "."""
+    return "with " + ", ".join(f"{name}={value!r}" for name, value in values.items()) + ", "
+
+
+@contextlib.contextmanager
+def as_given(report: CheckReport, values: dict):
+    """The failures ``report`` gains inside are said as of the run with these argument ``values`` (the second run
+    every check makes with the registry's varied arguments); yields the words they begin with."""
+    before, words = len(report.failures), given(values)
+    yield words
+    for failure in report.failures[before:]:
+        failure.message = words + failure.message

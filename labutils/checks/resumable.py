@@ -18,7 +18,7 @@ from ..trace import Tracer, mark_batches
 from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
                       _reference_failure, _scratch, _show)
 from . import evidence
-from .report import CheckReport, Failure, NotJudged, _run_stages
+from .report import CheckReport, Failure, NotJudged, _run_stages, given
 from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
 _ARGS = exercises.get("resume")
@@ -95,26 +95,27 @@ def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCH
 def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
     """One more uninterrupted run with the second value of every argument it must honour: a train_resumable that
     uses numbers of its own (save every 4 steps, 2 epochs, "cpu") shows here."""
-    epochs, save_every, device = (_ARGS.argument(name).values[1] for name in ("epochs", "save_every", "device"))
-    given = f"with epochs={epochs}, save_every={save_every}, device={device!r}, "
+    varied = _ARGS.varied()
+    epochs, save_every, device = varied["epochs"], varied["save_every"], varied["device"]
+    words = given(varied)
     ckpt_dir = tmp / "varied"
     ckpt_dir.mkdir()
     log = _OnStep(ckpt_dir, save_every=save_every)
     run, _ = _resume_run(fn, images, labels, ckpt_dir, log, epochs, device)
     if not run.complete:
-        return [_exception_failure("train_resumable", fn, run.error, " " + given[:-2])] if run.error else []
+        return [_exception_failure("train_resumable", fn, run.error, " " + words[:-2])] if run.error else []
     total = epochs * math.ceil(R_IMAGES / BATCH)
     found = []  # each argument judged on its own: one hard-coded number does not hide another
     if log.steps != list(range(1, total + 1)):
         as_if = len(log.steps) // math.ceil(R_IMAGES / BATCH)
-        found.append(Failure("epochs", f"{given}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
+        found.append(Failure("epochs", f"{words}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
                              f"{as_if}, not the epochs={epochs} it was given ({total} steps): loop over range(epochs)."))
     saved = saved_steps(ckpt_dir)
     if log.missing or any(s % save_every for s in saved):
         odd = [s for s in saved if s % save_every] or saved
         every = odd[0] if odd else None
         as_if = f"as if save_every={every}, " if every else ""
-        found.append(Failure("save_every", f"{given}train_resumable saved "
+        found.append(Failure("save_every", f"{words}train_resumable saved "
                              f"{', '.join(f'step-{s:06d}.pt' for s in saved[:3])}{' ...' if len(saved) > 3 else ''}: "
                              f"{as_if}not the save_every={save_every} it was given. Save when step % save_every == 0.",
                              every))
@@ -123,7 +124,7 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
         found.append(Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device={device!r} "
                              "it was given: move each batch with .to(device)."))
     if not found and not _is_step(run.result, total):
-        found.append(Failure("return_value", f"{given}train_resumable returned {_show(run.result)}; the contract "
+        found.append(Failure("return_value", f"{words}train_resumable returned {_show(run.result)}; the contract "
                              f"returns the final global step ({total} here)."))
     return found
 

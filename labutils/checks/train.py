@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..exercises import TRAIN_EXERCISES, get
 from .calling import _check_signature, _exception_failure, _isolated, _reference_failure
-from .report import CheckReport, NotJudged, _run_stages
+from .report import CheckReport, NotJudged, _run_stages, as_given
 from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
 from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
                           _st_scheduler_order, _st_trailing, _st_train_mode, _st_zero_grad)
@@ -48,17 +48,14 @@ EXERCISE_STAGES = {
 }
 
 
-def _analyse_train(report: CheckReport, fn, view: TrainView, applicable, when: str = "") -> None:
+def _analyse_train(report: CheckReport, fn, view: TrainView, applicable) -> None:
     before = len(report.failures)
     if view.run.reference is not None:
         report.failures.append(_reference_failure("train_one_epoch", view.run.reference))
         return
     _run_stages(report, TRAIN_STAGES, view, applicable)
-    for failure in report.failures[before:]:
-        failure.message = when + failure.message
     if view.run.error is not None:
         error = _exception_failure("train_one_epoch", fn, view.run.error)
-        error.message = when + error.message
         if len(report.failures) == before:
             report.failures.append(error)
         else:  # the root cause was found in what ran before the crash; the crash is its consequence
@@ -83,8 +80,8 @@ def check_train_one_epoch(fn, exercise: str = "baseline") -> CheckReport:
         _analyse_train(report, fn, view, applicable)
         if report.passed:  # the arguments it must honour, at their second values: its own numbers would show here
             case = _train_case(exercise, which=1)
-            given = ", ".join(f"{a.name}={getattr(case, a.name)!r}" for a in get(exercise).arguments)
-            _analyse_train(report, fn, _run_train(fn, case), applicable, f"with {given}, ")
+            with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
+                _analyse_train(report, fn, _run_train(fn, case), applicable)
         if exercise == "accumulation":  # the gradient's scale is the loss_divided property's evidence
             report.judge("loss_divided", [] if report.passed_on_evidence("gradient") else
                          NotJudged(report.unjudged.get("gradient", "the gradient could not be checked")))
@@ -97,14 +94,15 @@ def _without_scaler(report: CheckReport, fn, applicable):
     """The contract also allows scaler=None (plain backward and step): the mistakes that show only then are the
     scaler_none property's; the ones the run with a scaler already showed are not counted twice."""
     scratch, view = CheckReport(report.name), _run_train(fn, _train_case("amp", with_scaler=False))
-    _analyse_train(scratch, fn, view, set(applicable) - set(_SCALER), "with scaler=None, ")
+    with as_given(scratch, {"scaler": None}) as words:
+        _analyse_train(scratch, fn, view, set(applicable) - set(_SCALER))
     if "mean_loss" in report.unjudged and scratch.passed_on_evidence("return_value"):
         # the run with a scaler showed no mean (it stopped, or a direct optimizer.step() wrote its overflowing step
         # into the weights): this run's losses show whether the loop averages them right
         reason = report.unjudged.pop("mean_loss")
         verdict = _st_mean_loss(view)
         for failure in verdict if isinstance(verdict, list) else ():
-            failure.message = "with scaler=None, " + failure.message
+            failure.message = words + failure.message
         report.judge("mean_loss", verdict if verdict is not None else reason)
     already = {f.check for f in report.failures} | set(report.unjudged)
     new = [f for f in scratch.failures if f.check not in already]

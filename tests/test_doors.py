@@ -3,7 +3,7 @@
 One hostile class (tests/autograder_cases/doors.py: one student per door beside an untouched control) is graded once
 with ``python -m autograder grade SUBMISSIONS --out OUT -j 2`` from a scratch copy of the project, under a subreaper
 (tests/autograder_cases/reaper.py) that keeps whatever the run leaves behind. After the grader exits: the processes
-left, grades.csv, the JSONs and OUT; a minute later the same again (one shared wait); the project and SUBMISSIONS
+left, grades.csv, the JSONs and OUT; LATER seconds later the same again (one shared wait); the project and SUBMISSIONS
 hashed before and after. Each door is asserted in its own test.
 
 A test marked ``needs_fix(...)`` fails until that part of the grader is fixed (it names which); the lead integrates
@@ -40,7 +40,7 @@ except ImportError:
 
 REPO = Path(__file__).resolve().parents[1]
 REAPER = Path(__file__).parent / "autograder_cases" / "reaper.py"
-LATER = 60  # seconds after the grader's exit when OUT is compared again: nothing may rewrite it
+LATER = 15  # s after the grader's exit when OUT is compared again: the lingering attacker writes 1-1.5 s after it
 pytestmark = pytest.mark.autograder
 
 
@@ -183,7 +183,7 @@ def test_nothing_outlives_the_run(hostile):
 
 @pytest.mark.slow
 @needs_solutions
-def test_grades_and_out_are_unchanged_a_minute_later(hostile):
+def test_grades_and_out_are_unchanged_a_while_later(hostile):
     assert hostile.out_at_exit == hostile.out_later, \
         f"OUT changed after the grader exited: {_changed(hostile.out_at_exit, hostile.out_later)}"
     assert hostile.rows(doors.ZYGOTE) and all(r["score"] != r["max_score"] for r in hostile.rows(doors.ZYGOTE)

@@ -122,8 +122,8 @@ def _is_test(cell) -> bool:
     return cell.cell_type == "code" and _nbgrader(cell).get("grade") and not _nbgrader(cell).get("solution")
 
 
-def test_the_assignment_has_the_nine_notebooks():
-    """Check that solutions/ and notebooks/ hold exactly the lab's nine notebooks"""
+def test_the_assignment_has_the_registry_notebooks():
+    """Check that solutions/ and notebooks/ hold exactly the notebooks of the registry (labutils.exercises)"""
     assert sorted(p.stem for p in SOLUTIONS.glob("*.ipynb")) == list(NOTEBOOKS)
     assert sorted(p.name for p in STUDENT.iterdir()) == [f"{name}.ipynb" for name in NOTEBOOKS]
     assert [p.name for p in SOLUTIONS.iterdir() if p.suffix != ".ipynb"] == []  # nbgrader would release it

@@ -69,3 +69,21 @@ def test_grading_stops_at_the_last_test_cell(tmp_path):
     feedback = (tmp_path / "out" / "feedback" / "ann" / "00_toy.html").read_text()
     assert feedback.count("not run while grading") == 3 and "ran after the test\n" not in feedback
     assert not ann["notebooks"]["00_toy"]["notes"]  # skipping is not news for every student's notes
+
+
+def test_the_recheck_does_not_run_a_cell_that_only_shows_a_check_again():
+    """A visible check cell (``print(checks.check_evaluate(evaluate))``) is a whole run of the check whose report is
+    thrown away: the recheck plans every other cell before the test, and the test's hidden checks."""
+    from autograder.hidden.plan import plan
+
+    shown = ("print(checks.check_normalize(add))", 'checks.show_trace(add, "amp")')
+    kept = ("report = checks.check_normalize(add)", "print(checks.check_normalize(add)); x = 1", "x = 1")
+    nb = toy("    return a + b\n", before=shown + kept)
+    test = nb.cells[2 + len(shown) + len(kept)]
+    sources = {"test_add": 'checks.assert_property("normalize_images", "shape_dtype")\n'
+                           '### BEGIN HIDDEN TESTS\nverify("00_data_tour", "normalize_images", "shape_dtype")\n'
+                           '### END HIDDEN TESTS'}
+    the_plan = plan(nb.cells, sources, timed_out=set(), stopped_at=None)
+    planned = [c.source for c in the_plan.cells if c.grade_id is None]
+    assert planned == [nb.cells[1].source, *kept]
+    assert the_plan.cells[-1].grade_id == "test_add" and test.metadata["nbgrader"]["grade_id"] == "test_add"

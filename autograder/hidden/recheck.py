@@ -111,17 +111,19 @@ def observe(spec: RecheckSpec, fd: int) -> None:
     cache: dict = {}  # one check run shared by the tests of one function (a local: no cell can reach it)
     signal.signal(signal.SIGALRM, _on_alarm)
     cell_timeout = float(spec.cell_timeout or 0)
+    dirty = False  # a student cell ran since the modules were last put back (the snapshot was taken just now)
     for cell in spec.cells:
         if cell.grade_id is not None:
             for call in cell.checks:
                 call = tuple(call)
+                if dirty:  # before _begin too: it asks the checks whether the report is cached
+                    restore()
+                    dirty = False
                 begin = _begin(call, shell.user_ns, cache)
                 observer.message(begin)
-                # only a fresh check runs student code: it alone needs the modules put back before it and looked at
-                # after it (a cached report is judged without running anything; these take 0.02-0.08 s each)
+                # only a fresh check runs student code: it alone needs the modules looked at and put back after it
+                # (a cached report is judged without running anything; each of these takes 0.02-0.08 s)
                 fresh, error, changed = begin["problem"] is None and begin["fresh"], None, []
-                if fresh:
-                    restore()
                 if begin["problem"] is None:
                     try:
                         with evidence.playing(observer):
@@ -143,6 +145,7 @@ def observe(spec: RecheckSpec, fd: int) -> None:
                 print(f"recheck: cell {cell.index} stopped: {exc!r}", file=sys.stderr)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            dirty = True
 
 
 def _begin(call: tuple, namespace: dict, cache: dict) -> dict:

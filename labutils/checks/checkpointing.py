@@ -257,7 +257,8 @@ def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
 def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
     """Save and load once more with the second step and a str path in a sub-folder: a pair that writes a name or a
     step of its own shows here."""
-    step, name = _ARGS.varied()["step"], _ARGS.varied()["path"]
+    varied = _ARGS.varied()
+    step, name = varied["step"], varied["path"]
     path = folder / name
     path.parent.mkdir(parents=True, exist_ok=True)
     a = _ckpt_objects(SEED)

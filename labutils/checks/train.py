@@ -94,16 +94,15 @@ def _without_scaler(report: CheckReport, fn, applicable):
     """The contract also allows scaler=None (plain backward and step): the mistakes that show only then are the
     scaler_none property's; the ones the run with a scaler already showed are not counted twice."""
     scratch, view = CheckReport(report.name), _run_train(fn, _train_case("amp", with_scaler=False))
-    with as_given(scratch, {"scaler": None}) as words:
+    with as_given(scratch, {"scaler": None}):
         _analyse_train(scratch, fn, view, set(applicable) - set(_SCALER))
     if "mean_loss" in report.unjudged and scratch.passed_on_evidence("return_value"):
         # the run with a scaler showed no mean (it stopped, or a direct optimizer.step() wrote its overflowing step
         # into the weights): this run's losses show whether the loop averages them right
         reason = report.unjudged.pop("mean_loss")
         verdict = _st_mean_loss(view)
-        for failure in verdict if isinstance(verdict, list) else ():
-            failure.message = words + failure.message
-        report.judge("mean_loss", verdict if verdict is not None else reason)
+        with as_given(report, {"scaler": None}):
+            report.judge("mean_loss", verdict if verdict is not None else reason)
     already = {f.check for f in report.failures} | set(report.unjudged)
     new = [f for f in scratch.failures if f.check not in already]
     for failure in new:

@@ -4,10 +4,8 @@ the canonical order (scale, backward, unscale_ before clipping, scaler.step, sca
 
 from __future__ import annotations
 
-import torch
-
 from .report import Failure, NotJudged
-from .train_run import TrainView
+from .train_run import TrainView, all_finite
 
 
 def _st_autocast(v: TrainView):
@@ -58,7 +56,7 @@ def _st_scaler_step(v: TrainView):
         return NotJudged("no optimizer step was observed")
     for k in v.windows:
         event = v.step_event(k)
-        if not event.info["via_scaler"] and not all(g is None or torch.isfinite(g).all() for g in event.data["grads"]):
+        if not event.info["via_scaler"] and not all_finite(event.data["grads"]):
             return [Failure("scaler_step", f"optimizer.step() was called directly at step {k}, whose scaled loss "
                             "overflowed: it wrote the inf/nan gradients into the weights, which scaler.step(optimizer) "
                             "would have skipped. Call scaler.step(optimizer) instead.", k,

@@ -120,6 +120,11 @@ def _reference(case, params, x, y, autocast, softmax: bool = False, training: bo
     return [p.grad.detach().clone() for p in ref.parameters()], loss.item()
 
 
+def all_finite(tensors) -> bool:
+    """No inf or nan in any of ``tensors`` (None entries, a parameter with no gradient, count as finite)."""
+    return all(t is None or bool(torch.isfinite(t).all()) for t in tensors)
+
+
 @dataclass
 class Micro:
     """One training forward (with autograd on), the backward that followed it and the step it belongs to."""

@@ -11,7 +11,7 @@ import torch
 from ..trace import global_norm
 from .calling import _number_problem, _show
 from .report import Failure, NotJudged
-from .train_run import TrainView
+from .train_run import TrainView, all_finite
 from .world import _close
 
 
@@ -73,7 +73,7 @@ def _clean_steps(v: TrainView) -> list[int]:
     clean = []
     for k, window in v.windows.items():
         event = v.step_event(k)
-        if k in v.skipped or not all(torch.isfinite(t).all() for t in [*event.data["params"], *event.data["raw"].values()]):
+        if k in v.skipped or not all_finite([*event.data["params"], *event.data["raw"].values()]):
             continue  # an overflowing step (the scaler's to skip), or weights that hold an earlier one's inf/nan
         if not window or any(m.batch is None or m.backward is None or m.backward > v.steps[k - 1] for m in window):
             continue
@@ -209,7 +209,7 @@ def _st_mean_loss(v: TrainView):
     losses = [v.ref(m)[1] for m in v.micros]
     want = sum(n * loss for n, loss in zip(sizes, losses)) / sum(sizes)
     if not math.isfinite(want):
-        poisoned = next(k for k in v.windows if not all(torch.isfinite(p).all() for p in v.step_event(k).data["params"]))
+        poisoned = next((k for k in v.windows if not all_finite(v.step_event(k).data["params"])), len(v.steps) + 1)
         return NotJudged(f"the weights held inf/nan from step {poisoned} on, so every loss after it is nan and the "
                          "mean cannot be checked (an earlier step applied an overflowing gradient: fix that first)")
     rtol = v.tol / 10

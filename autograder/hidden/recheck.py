@@ -29,10 +29,10 @@ import os
 import signal
 import sys
 import time
-import traceback
 
 from autograder.hidden import verifier as hidden
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
+from autograder.process import child_runs
 from labutils.checks import evidence
 from .snapshot import Snapshot
 
@@ -71,17 +71,13 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     records_r, records_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
+        def observer() -> None:
             os.close(records_r)
             os.close(out_fd)
             libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
             observe(spec, records_w)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
+
+        child_runs(observer)
     os.close(records_w)
     observer = os.pidfd_open(pid)
     try:

@@ -24,6 +24,7 @@ import sys
 import time
 
 from autograder import channel
+from autograder.process import child_runs
 from autograder.sandbox import isolation
 from autograder.sandbox import policy as sandbox
 from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed,
@@ -178,8 +179,8 @@ def _fork_kernel(req: KernelRequest) -> int:
     pid = os.fork()
     if pid:
         return pid
-    code = 1
-    try:
+
+    def kernel() -> None:
         _enter_child(req)
         sys.argv = ["ipykernel_launcher", *req.argv]
         from ipykernel.kernelapp import IPKernelApp
@@ -187,13 +188,8 @@ def _fork_kernel(req: KernelRequest) -> int:
         app = IPKernelApp.instance()
         app.initialize(req.argv)
         app.start()
-        code = 0
-    except BaseException:
-        import traceback
 
-        traceback.print_exc()
-    finally:
-        os._exit(code)
+    child_runs(kernel)
 
 
 def _run_recheck(req: RecheckRequest) -> RecheckReply:
@@ -201,20 +197,14 @@ def _run_recheck(req: RecheckRequest) -> RecheckReply:
     nonce = os.urandom(16).hex()  # lives only in memory: only the recheck code's own lines carry it
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
+        def recheck() -> None:
             os.close(rfd)
             _enter_child(req, keep_fd=wfd)
             from autograder.hidden.recheck import run
 
             run(req.spec, RESULT_FD, nonce)
-            code = 0
-        except BaseException:
-            import traceback
 
-            traceback.print_exc()
-        finally:
-            os._exit(code)
+        child_runs(recheck)
     os.close(wfd)
     chunks, status = _read_until_exit(rfd, pid, time.monotonic() + req.timeout)
     os.close(rfd)

@@ -28,6 +28,7 @@ except ImportError:  # tests/ imported as a package
     from tests.autograder_cases import zygote_recheck
 
 AVAILABLE = isolation.probe()
+REPO = Path(__file__).resolve().parents[1]
 
 
 def needs(layer: str):
@@ -213,6 +214,40 @@ def test_student_code_sees_and_signals_only_its_own_processes_and_none_outlives_
     while _named(daemon) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _named(daemon), "a daemon started by student code outlived its task"
+
+
+def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_exits(tmp_path):
+    """The grader's workers and zygote ask for SIGKILL when their parent goes (``PR_SET_PDEATHSIG``), but a parent
+    killed during the child's imports sends nothing: the child must see that it was already orphaned."""
+    import time
+
+    child = textwrap.dedent("""
+        import os, sys, time
+        time.sleep(1)  # the imports: meanwhile the parent is killed
+        from autograder.sandbox.policy import die_with_parent
+        die_with_parent(int(sys.argv[1]))
+        time.sleep(300)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", {child!r}, str(os.getpid())], start_new_session=True)
+        print(child.pid, flush=True)
+        os._exit(0)
+    """)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    orphan = int(parent.stdout.readline())
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while _alive(orphan) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(orphan), "a child orphaned before it set PR_SET_PDEATHSIG lives on"
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (an orphan adopted by this process is one until it is reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 # --- user --------------------------------------------------------------------------------------------------------------------

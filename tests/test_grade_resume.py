@@ -127,6 +127,15 @@ def _kill_when(run: Run, ready, timeout: float = 600) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _left_after(run: Run, wait: float = 15) -> list[dict]:
+    """What is still running below a killed grader once its death had time to travel down the tree (zygote, its
+    forks, kernels, workers: each a SIGKILL, but a loaded machine takes a while to tear down big processes)."""
+    deadline = time.monotonic() + wait
+    while (left := run.left()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("resume")
@@ -149,8 +158,7 @@ def graded(tmp_path_factory):
         else:  # too short a moment to aim at from outside: the grader kills itself there (journal.kill_point)
             run = Run(tmp / "submissions", out, tmp, env={KILL_AT: point})
         exited = run.exited(900 if point else 120)
-        time.sleep(2)  # death signals travel down the tree: zygote, its forks, kernels, workers
-        kills.append({"moment": moment, "kept": _journal(out), "left": run.left(), "exited": exited,
+        kills.append({"moment": moment, "kept": _journal(out), "left": _left_after(run), "exited": exited,
                       "stderr": run.stderr, "files": {p.name for p in out.iterdir()}})
         run.stop()
     final = Run(tmp / "submissions", out, tmp)

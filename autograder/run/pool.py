@@ -48,7 +48,8 @@ class Worker:
         self.log = open(log_dir / f"worker-{index}.log", "ab")
         with zygote.attach() as conn:  # the worker's private line to the zygote: inherited, never named
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autograder.run.worker", "--zygote-fd", str(conn.fileno())],
+                [sys.executable, "-m", "autograder.run.worker", "--zygote-fd", str(conn.fileno()),
+                 "--parent", str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, start_new_session=True,
                 cwd=str(log_dir), pass_fds=(conn.fileno(),),
             )

@@ -22,14 +22,14 @@ from autograder.sandbox.policy import die_with_parent
 from .scratch import passable_folder
 
 
-def shared_fd() -> int | None:
-    """The socket to the run's shared zygote that the pool handed us (``--zygote-fd N``), if any."""
+def _number(flag: str) -> int | None:
+    """The pool's ``FLAG N``: ``--zygote-fd`` (the socket to the run's shared zygote) and ``--parent`` (the grader)."""
     args = sys.argv[1:]
-    return int(args[args.index("--zygote-fd") + 1]) if "--zygote-fd" in args else None
+    return int(args[args.index(flag) + 1]) if flag in args else None
 
 
 def main() -> None:
-    die_with_parent()  # a grader killed with SIGKILL takes its workers along
+    die_with_parent(_number("--parent"))  # a grader killed with SIGKILL takes its workers along
     results = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -43,7 +43,7 @@ def main() -> None:
     except EOFError:
         return  # the parent had nothing for us
     os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(Path(run.work_dir) / f"runtime-{os.getpid()}"))
-    zygote = connect(run, shared_fd())
+    zygote = connect(run, _number("--zygote-fd"))
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
     for line in requests:
         task = channel.decode(line, Task)

@@ -52,7 +52,7 @@ class SharedZygote:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.log = open(work / "zygote.log", "ab")
         with theirs:
-            self.proc = _spawn(["--control", str(theirs.fileno())], self.log, zygote_env(work / "zygote-home"),
+            self.proc = _spawn(["--control", str(theirs.fileno()), "--parent", str(os.getpid())], self.log, zygote_env(work / "zygote-home"),
                                subprocess.DEVNULL, pass_fds=(theirs.fileno(),))
         self.info: ZygoteReady | None = None
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import select
+import signal
 import sys
 from pathlib import Path
 
@@ -208,11 +210,28 @@ def confine(policy: Policy) -> dict:
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int) -> None:
     """SIGKILL this process when its parent goes, however the parent goes (it may not live to close our channels):
-    nothing the grader started outlives it. (The parent's *thread* counts: start such children from the main one.)"""
-    import signal
+    nothing the grader started outlives it. (The parent's *thread* counts: start such children from the main one.)
 
+    ``parent`` is the pid this process was started by, known before it started: a parent that died before this call
+    sends no signal (the process was already re-parented), so the call checks and exits at once."""
+    _set_parent_death_signal()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def die_with_parent_watching(pidfd: int) -> None:
+    """:func:`die_with_parent` for a process whose parent is outside its PID namespace (``getppid()`` is 0 there):
+    ``pidfd``, opened before, refers to the parent or to the process whose death brings the parent's, and is
+    readable once that process has exited."""
+    _set_parent_death_signal()
+    gone, _, _ = select.select([pidfd], [], [], 0)
+    if gone:
+        os._exit(1)
+
+
+def _set_parent_death_signal() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 

@@ -126,10 +126,10 @@ class ReferenceBlocker:
         return None
 
 
-def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None) -> None:
-    """In a freshly forked child: own session, clean fds, the student's cwd and env, then the sandbox."""
+def _enter_child(req: KernelRequest | RecheckRequest, server: int, keep_fd: int | None = None) -> None:
+    """In a freshly forked child of ``server``: own session, clean fds, the student's cwd and env, then the sandbox."""
     os.setsid()
-    sandbox.die_with_parent()
+    sandbox.die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -165,23 +165,28 @@ def _enter_child(req: KernelRequest | RecheckRequest, keep_fd: int | None = None
         del sys.modules[name]
     sys.meta_path.insert(0, ReferenceBlocker())
     importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
+    server_fd = os.pidfd_open(server)  # still names it inside the task's PID namespace
     isolation.enter(LAYERS, f"task-{os.getpid()}", req.policy.memory_mb,
                     [req.env[k] for k in ("HOME", "TMPDIR") if req.env.get(k)], req.cwd,
                     scratch_mb=req.policy.scratch_mb, pids_max=req.policy.pids_max, own_paths=req.policy.own_paths,
                     read_paths=[*req.policy.read_dirs, *req.policy.read_files, *req.policy.list_dirs,
                                 *req.policy.write_files, *req.policy.write_dirs])
-    sandbox.die_with_parent()  # again: a change of uid clears it
+    # Again, as the change of uid cleared it. The parent may now be outside the task's PID namespace (the process
+    # that waits for the task and dies with the server): whether it is gone, the server's pidfd says.
+    sandbox.die_with_parent_watching(server_fd)
+    os.close(server_fd)
     os.chdir(req.cwd)  # again: the notebook's folder is now the overlay
     sandbox.confine(req.policy)
 
 
 def _fork_kernel(req: KernelRequest) -> int:
+    server = os.getpid()
     pid = os.fork()
     if pid:
         return pid
 
     def kernel() -> None:
-        _enter_child(req)
+        _enter_child(req, server)
         sys.argv = ["ipykernel_launcher", *req.argv]
         from ipykernel.kernelapp import IPKernelApp
 
@@ -195,11 +200,12 @@ def _fork_kernel(req: KernelRequest) -> int:
 def _run_recheck(req: RecheckRequest) -> RecheckReply:
     rfd, wfd = os.pipe()
     nonce = os.urandom(16).hex()  # lives only in memory: only the recheck code's own lines carry it
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
         def recheck() -> None:
             os.close(rfd)
-            _enter_child(req, keep_fd=wfd)
+            _enter_child(req, server, keep_fd=wfd)
             from autograder.hidden.recheck import run
 
             run(req.spec, RESULT_FD, nonce)
@@ -316,6 +322,7 @@ def _serve_connections(control_fd: int) -> None:
     import socket
 
     control = socket.socket(fileno=control_fd)
+    zygote = os.getpid()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 16, 8)
@@ -328,7 +335,7 @@ def _serve_connections(control_fd: int) -> None:
                 code = 0
                 try:
                     control.close()
-                    sandbox.die_with_parent()
+                    sandbox.die_with_parent(zygote)
                     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
                     conn = socket.socket(fileno=fd)
                     serve(conn.makefile("rb"), conn.makefile("wb"))
@@ -341,8 +348,9 @@ def _serve_connections(control_fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``main()``: serve stdin/stdout. ``main(["--control", FD])``: the run's shared zygote, given connections over
-    the inherited socket FD (:class:`autograder.sandbox.client.SharedZygote`), so -j workers share one warm-up."""
+    """``main()``: serve stdin/stdout. ``main(["--control", FD, "--parent", PID])``: the run's shared zygote, given
+    connections over the inherited socket FD (:class:`autograder.sandbox.client.SharedZygote`), so -j workers share
+    one warm-up; it dies with the grader, PID."""
     argv = sys.argv[1:] if argv is None else argv
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by accident goes to the log, never into the reply channel
@@ -352,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(null_fd, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
     if "--control" in argv:
-        sandbox.die_with_parent()
+        sandbox.die_with_parent(int(argv[argv.index("--parent") + 1]))
     started = time.monotonic()
     found = isolation.probe()  # before the imports: a probe is a fork of a small process
     LAYERS[:] = [layer for layer, why_not in found.items() if not why_not]

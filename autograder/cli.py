@@ -7,6 +7,7 @@ is incomplete, 2 for a usage error (a missing folder, a bad option).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -107,55 +108,75 @@ def _executor(args):
     return DaskExecutor(args.scheduler)
 
 
+class _UsageError(Exception):
+    """What the user asked for cannot be done as asked: said in one line, exit status 2."""
+
+
+@contextlib.contextmanager
+def _usage_errors(*kinds: type[Exception]):
+    """Errors of ``kinds`` raised inside are the user's to fix (a missing folder, an unknown exercise)."""
+    try:
+        yield
+    except kinds as exc:
+        raise _UsageError(str(exc)) from exc
+
+
+def _release(args) -> int:
+    from .course.release import release
+
+    paths = release(args.root)
+    for path in paths:
+        print(path)
+    print(f"released {len(paths)} notebook(s)", file=sys.stderr)
+    return 0
+
+
+def _grade(args) -> int:
+    from .course.submissions import SubmissionsError
+    from .grade import grade
+    from .results.journal import OutLocked
+    from .run.pool import GradingSetupError
+
+    options = grade_options(args, threads=1 if args.scheduler else None)  # one torch thread per Dask worker
+    with _usage_errors(SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked):
+        result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
+    return 0 if result.complete else 1
+
+
+def _export(args) -> int:
+    from .course.formgrader import export_grades
+
+    with _usage_errors(FileNotFoundError):
+        dest = export_grades(args.out, args.to)
+    print(f"wrote {dest}", file=sys.stderr)
+    return 0
+
+
+def _cells(args) -> int:
+    from .course.scaffold import as_notebook
+
+    with _usage_errors(ValueError):
+        print(as_notebook(args.exercise))
+    return 0
+
+
+def _handout(args) -> int:
+    from .course.handout import build_handout
+
+    with _usage_errors(FileNotFoundError):
+        names = build_handout(args.out, args.root)
+    print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
+    return 0
+
+
+_COMMANDS = {"release": _release, "grade": _grade, "export": _export, "cells": _cells, "handout": _handout}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "release":
-        from .course.release import release
-
-        paths = release(args.root)
-        for path in paths:
-            print(path)
-        print(f"released {len(paths)} notebook(s)", file=sys.stderr)
-        return 0
-    if args.command == "export":
-        from .course.formgrader import export_grades
-
-        try:
-            dest = export_grades(args.out, args.to)
-        except FileNotFoundError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(f"wrote {dest}", file=sys.stderr)
-        return 0
-    if args.command == "cells":
-        from .course.scaffold import as_notebook
-
-        try:
-            print(as_notebook(args.exercise))
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    if args.command == "handout":
-        from .course.handout import build_handout
-
-        try:
-            names = build_handout(args.out, args.root)
-        except FileNotFoundError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(f"wrote {args.out} ({len(names)} files)", file=sys.stderr)
-        return 0
-    from .grade import grade
-    from .run.pool import GradingSetupError
-    from .course.submissions import SubmissionsError
-    from .results.journal import OutLocked
-
-    options = grade_options(args, threads=1 if args.scheduler else None)  # one torch thread per Dask worker
     try:
-        result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
-    except (SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked) as exc:
+        return _COMMANDS[args.command](args)
+    except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0 if result.complete else 1

@@ -81,26 +81,28 @@ def _ev_return_value(v: EvalView):
     return []
 
 
+def _first_forward_with(v: EvalView, flag: str, prop: str, what_went_wrong: str) -> list[Failure]:
+    """The property fails at the first forward whose traced ``flag`` is on (train mode, autograd)."""
+    for i, e in v.forwards:
+        if e.info[flag]:
+            return [Failure(prop, f"the forward of batch {e.info.get('batch', '?')} {what_went_wrong}", None,
+                            _eval_beside(v, i))]
+    return []
+
+
 def _ev_eval_mode(v: EvalView):
     if not v.forwards and v.run.complete:
         return [Failure("eval_mode", "evaluate never called the model.")]
-    for i, e in v.forwards:
-        if e.info["training"]:
-            return [Failure("eval_mode", f"the forward of batch {e.info.get('batch', '?')} ran in train mode: dropout "
-                            "was still dropping, so the numbers are noisy and too pessimistic. Call model.eval() "
-                            "before the loop.", None, _eval_beside(v, i))]
-    return []
+    return _first_forward_with(v, "training", "eval_mode", "ran in train mode: dropout was still dropping, so the "
+                               "numbers are noisy and too pessimistic. Call model.eval() before the loop.")
 
 
 def _ev_no_grad(v: EvalView):
     if not v.forwards:
         return NotJudged("evaluate never called the model")
-    for i, e in v.forwards:
-        if e.info["grad"]:
-            return [Failure("no_grad", f"the forward of batch {e.info.get('batch', '?')} ran with autograd on: every "
-                            "batch built a graph nobody backpropagates through (memory and time wasted). Wrap the loop "
-                            "in torch.no_grad() (or torch.inference_mode()).", None, _eval_beside(v, i))]
-    return []
+    return _first_forward_with(v, "grad", "no_grad", "ran with autograd on: every batch built a graph nobody "
+                               "backpropagates through (memory and time wasted). Wrap the loop in torch.no_grad() "
+                               "(or torch.inference_mode()).")
 
 
 def _ev_restore_mode(v: EvalView):
@@ -136,23 +138,27 @@ def _numbers(v: EvalView) -> NotJudged | None:
     return None
 
 
+def _means(outputs: list[tuple[torch.Tensor, torch.Tensor]], value) -> tuple[float, float]:
+    """``value(logits, labels)`` of each batch averaged per sample (weighted by the batch sizes: the answer) and per
+    batch (the classic slip, visible when the last batch is short)."""
+    sizes = [len(y) for _, y in outputs]
+    values = [value(o, y) for o, y in outputs]
+    return sum(s * x for s, x in zip(sizes, values)) / sum(sizes), sum(values) / len(values)
+
+
 def _ev_per_sample(v: EvalView):
-    if _numbers(v):
-        return _numbers(v)
+    if not_judged := _numbers(v):
+        return not_judged
     loss = float(v.run.result[0])
     outputs = _outputs(v)
-    sizes = [len(y) for _, y in outputs]
-    losses = [F.cross_entropy(o, y).item() for o, y in outputs]
-    soft = [F.cross_entropy(o.softmax(dim=1), y).item() for o, y in outputs]
-    n = sum(sizes)
-    want_loss = sum(s * x for s, x in zip(sizes, losses)) / n
+    want_loss, per_batch = _means(outputs, lambda o, y: F.cross_entropy(o, y).item())
     if _close(loss, want_loss, 1e-4):
         return []
-    if _close(loss, sum(losses) / len(losses), 1e-4):
+    if _close(loss, per_batch, 1e-4):
         return [Failure("per_sample", f"the loss {loss:.4f} is the average of the per-batch means; the per-sample "
-                        f"mean is {want_loss:.4f} (the last batch has only {sizes[-1]} samples). Sum loss.item() * "
-                        "len(y) (or use reduction='sum') and divide by the number of samples.")]
-    if _close(loss, sum(s * x for s, x in zip(sizes, soft)) / n, 1e-4):
+                        f"mean is {want_loss:.4f} (the last batch has only {len(outputs[-1][1])} samples). Sum "
+                        "loss.item() * len(y) (or use reduction='sum') and divide by the number of samples.")]
+    if _close(loss, _means(outputs, lambda o, y: F.cross_entropy(o.softmax(dim=1), y).item())[0], 1e-4):
         return [Failure("softmax", f"the loss {loss:.4f} is cross-entropy on softmax probabilities: "
                         "F.cross_entropy applies log-softmax itself. Pass the raw logits.")]
     return [Failure("per_sample", f"the loss is {loss:.4f}; the mean cross-entropy per sample over the whole "
@@ -160,19 +166,17 @@ def _ev_per_sample(v: EvalView):
 
 
 def _ev_accuracy(v: EvalView):
-    if _numbers(v):
-        return _numbers(v)
+    if not_judged := _numbers(v):
+        return not_judged
     acc = float(v.run.result[1])
     outputs = _outputs(v)
-    sizes = [len(y) for _, y in outputs]
-    accs = [(o.argmax(dim=1) == y).float().mean().item() for o, y in outputs]
-    want_acc = sum(s * a for s, a in zip(sizes, accs)) / sum(sizes)
+    want_acc, per_batch = _means(outputs, lambda o, y: (o.argmax(dim=1) == y).float().mean().item())
     if _close(acc, want_acc, 1e-6):
         return []
-    if _close(acc, sum(accs) / len(accs), 1e-6):
+    if _close(acc, per_batch, 1e-6):
         return [Failure("accuracy", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
-                        f"per-sample accuracy is {want_acc:.4f} (the last batch has only {sizes[-1]} samples). Count "
-                        "correct predictions and divide by the number of samples.")]
+                        f"per-sample accuracy is {want_acc:.4f} (the last batch has only {len(outputs[-1][1])} "
+                        "samples). Count correct predictions and divide by the number of samples.")]
     return [Failure("accuracy", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
                     f"logits) over the whole loader is {want_acc:.4f}.")]
 

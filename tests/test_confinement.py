@@ -341,6 +341,46 @@ def test_a_memory_hog_is_stopped_inside_its_task(tmp_path):
     assert result == {"returncode": -9}  # the OOM killer took the hog, inside its task, before it held 600 MB
 
 
+
+@needs("cgroup")
+def test_a_task_joins_its_cgroup_while_another_grader_clears_empty_ones():
+    """Two graders on one machine (or the zygote's clean-up beside a kernel being started) share the task cgroups'
+    parent: one removing the empty ones must not take away the folder a task just made and is about to join."""
+    import multiprocessing
+
+    stop = multiprocessing.Event()
+    cleaner = multiprocessing.Process(target=_clear_empty_cgroups_until, args=(stop,))
+    cleaner.start()
+    failures = []
+    try:
+        for i in range(150):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read)
+                try:
+                    isolation.join_cgroup(f"test-join-{os.getpid()}", 64, 10)
+                    os.write(write, b"ok")
+                except BaseException as exc:
+                    os.write(write, repr(exc).encode()[:300])
+                os._exit(0)
+            os.close(write)
+            with os.fdopen(read, "rb") as f:
+                said = f.read().decode()
+            os.waitpid(pid, 0)
+            if said != "ok":
+                failures.append(said)
+    finally:
+        stop.set()
+        cleaner.join(10)
+        isolation.remove_empty_cgroups()
+    assert not failures, f"{len(failures)} of 150 joins failed, e.g. {failures[0]}"
+
+
+def _clear_empty_cgroups_until(stop) -> None:
+    while not stop.is_set():
+        isolation.remove_empty_cgroups()
+
 def test_probe_names_what_each_missing_layer_exposes():
     assert set(AVAILABLE) == set(isolation.LAYERS)
     assert all(isinstance(reason, str) for reason in AVAILABLE.values())

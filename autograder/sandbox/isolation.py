@@ -88,15 +88,30 @@ def _cgroup_dirs(name: str) -> dict[str, Path]:
     return {c: _parent(c) / name for c in CONTROLLERS}
 
 
+_JOIN_ATTEMPTS = 20
+
+
 def join_cgroup(name: str, memory_mb: int | None, pids_max: int = PIDS_MAX) -> None:
-    """Move this process into a new cgroup ``name`` of each controller, with its limits."""
+    """Move this process into a new cgroup ``name`` of each controller, with its limits. Until this process is in
+    it, the folder is empty, and another grader's (or our zygote's) :func:`remove_empty_cgroups` may remove it: then
+    it is made again."""
     for controller, folder in _cgroup_dirs(name).items():
-        folder.mkdir(parents=True, exist_ok=True)
-        if controller == "pids":
-            (folder / "pids.max").write_text(str(pids_max))
-        elif controller == "memory" and memory_mb:
-            (folder / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
-        (folder / "cgroup.procs").write_text(str(os.getpid()))
+        for attempt in range(_JOIN_ATTEMPTS):
+            try:
+                _join_one(controller, folder, memory_mb, pids_max)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENODEV) or attempt == _JOIN_ATTEMPTS - 1:
+                    raise
+
+
+def _join_one(controller: str, folder: Path, memory_mb: int | None, pids_max: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if controller == "pids":
+        (folder / "pids.max").write_text(str(pids_max))
+    elif controller == "memory" and memory_mb:
+        (folder / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+    (folder / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def remove_empty_cgroups() -> int:

@@ -127,10 +127,13 @@ def _kill_when(run: Run, ready, timeout: float = 600) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def _left_after(run: Run, wait: float = 15) -> list[dict]:
+LEFT_WAIT_S = 15
+
+
+def _left_after(run: Run) -> list[dict]:
     """What is still running below a killed grader once its death had time to travel down the tree (zygote, its
     forks, kernels, workers: each a SIGKILL, but a loaded machine takes a while to tear down big processes)."""
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + LEFT_WAIT_S
     while (left := run.left()) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
@@ -204,7 +207,7 @@ def test_the_resumed_run_equals_an_uninterrupted_one(graded):
 def test_nothing_of_a_killed_run_is_left(graded):
     for kill in graded["kills"]:
         assert kill["exited"]["returncode"] == -signal.SIGKILL
-        assert not kill["left"], f"killed {kill['moment']}, still running:\n" + "\n".join(
+        assert not kill["left"], f"killed {kill['moment']}, still running {LEFT_WAIT_S} s later:\n" + "\n".join(
             f"{p['pid']}: {p['cmdline']}" for p in kill["left"])
     scratch = graded["tmp"] / "scratch"
     assert not list(scratch.glob("looplab-grade-*")), "a dead run's scratch folder was left in TMPDIR"

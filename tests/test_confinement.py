@@ -384,6 +384,7 @@ def _clear_empty_cgroups_until(stop) -> None:
     while not stop.is_set():
         isolation.remove_empty_cgroups()
 
+
 def test_probe_names_what_each_missing_layer_exposes():
     assert set(AVAILABLE) == set(isolation.LAYERS)
     assert all(isinstance(reason, str) for reason in AVAILABLE.values())
@@ -391,6 +392,47 @@ def test_probe_names_what_each_missing_layer_exposes():
 
 
 # --- the recheck's pipe ---------------------------------------------------------------------------------------------------
+
+
+KILLED_CLIENT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from autograder.channel import RecheckCell
+from autograder_cases import zygote_recheck
+
+cell = "import ctypes, time\\nctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0)\\ntime.sleep(120)\\n"
+zygote_recheck.recheck(Path({folder!r}), [RecheckCell(index=0, source=cell),
+                                         RecheckCell(index=1, grade_id="t", checks=[["01_baseline", "train_one_epoch"]])],
+                       timeout=100, cell_timeout=110, started=lambda zygote: print(zygote.proc.pid, flush=True))
+"""
+
+
+@pytest.mark.slow
+def test_a_recheck_stops_when_the_process_that_asked_for_it_is_killed(reachable):
+    """A Dask worker killed in the middle of a task: its private zygote (no death signal: the worker may have started
+    it from a thread) sees the request channel hang up, stops the recheck and exits, instead of letting the
+    student's cell run on until the recheck's timeout."""
+    import time
+
+    name = f"ll-{uuid.uuid4().hex[:10]}"
+    client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT.format(
+        tests=str(REPO / "tests"), name=name.encode(), folder=str(reachable))], stdout=subprocess.PIPE, text=True,
+        cwd=REPO)
+    zygote = int(client.stdout.readline())
+    deadline = time.monotonic() + 120
+    while not _named(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _named(name), "the student's cell never started"
+    client.kill()
+    client.wait()
+    deadline = time.monotonic() + 15
+    while (_named(name) or _alive(zygote)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = {"the student's cell": _named(name), "the zygote": _alive(zygote)}
+    for pid in left["the student's cell"] + ([zygote] if left["the zygote"] else []):
+        os.kill(pid, 9)
+    assert not any(left.values()), f"15 s after its client was killed, still running: {left}"
 
 
 @pytest.mark.slow

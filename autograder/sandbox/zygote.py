@@ -197,7 +197,13 @@ def _fork_kernel(req: KernelRequest) -> int:
     child_runs(kernel)
 
 
-def _run_recheck(req: RecheckRequest) -> RecheckReply:
+class _ClientGone(Exception):
+    """The process that asked for the work died while it ran: nobody is left to answer, and nothing is kept."""
+
+
+def _run_recheck(req: RecheckRequest, client_fd: int) -> RecheckReply:
+    """Run the recheck in a confined fork and read its verdict lines; ``client_fd`` is the channel the request came
+    on: if the client dies meanwhile (a Dask worker killed mid-task), the recheck is stopped at once."""
     rfd, wfd = os.pipe()
     nonce = os.urandom(16).hex()  # lives only in memory: only the recheck code's own lines carry it
     server = os.getpid()
@@ -212,9 +218,11 @@ def _run_recheck(req: RecheckRequest) -> RecheckReply:
 
         child_runs(recheck)
     os.close(wfd)
-    chunks, status = _read_until_exit(rfd, pid, time.monotonic() + req.timeout)
+    chunks, status = _read_until_exit(rfd, pid, time.monotonic() + req.timeout, client_fd)
     os.close(rfd)
     _kill_session(pid)
+    if status == "client gone":
+        raise _ClientGone
     lines = []
     for line in b"".join(chunks).splitlines():
         try:
@@ -227,22 +235,29 @@ def _run_recheck(req: RecheckRequest) -> RecheckReply:
     return RecheckReply(status=status, pid=pid, lines=lines)
 
 
-def _read_until_exit(rfd: int, pid: int, deadline: float) -> tuple[list[bytes], str]:
+def _read_until_exit(rfd: int, pid: int, deadline: float, client_fd: int) -> tuple[list[bytes], str]:
     """What the recheck wrote, until it exits (its pidfd says so: a process the notebook forked may hold the pipe
-    open for minutes, and must not keep the grader waiting) or the deadline; and "exited" or "timeout"."""
+    open for minutes, and must not keep the grader waiting), the deadline, or the client's hang-up; and "exited",
+    "timeout" or "client gone"."""
     try:
         exited = os.pidfd_open(pid)
     except ProcessLookupError:  # gone already (and reaped: the zygote ignores SIGCHLD)
         return _left_in_pipe(rfd), "exited"
+    poller = select.poll()
+    poller.register(rfd, select.POLLIN)
+    poller.register(exited, select.POLLIN)
+    poller.register(client_fd, 0)  # its hang-up only (POLLHUP is always reported): a request may wait unread
     chunks = []
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return chunks, "timeout"
-            ready, _, _ = select.select([rfd, exited], [], [], left)
+            ready = dict(poller.poll(left * 1000))
             if exited in ready:
                 return chunks + _left_in_pipe(rfd), "exited"
+            if ready.get(client_fd, 0) & (select.POLLHUP | select.POLLERR):
+                return chunks, "client gone"
             if rfd in ready:
                 data = os.read(rfd, 65536)
                 if not data:
@@ -286,12 +301,14 @@ def serve(requests, replies) -> None:
             if isinstance(req, KernelRequest):
                 reply = KernelStarted(pid=_fork_kernel(req))
             elif isinstance(req, RecheckRequest):
-                reply = _run_recheck(req)
+                reply = _run_recheck(req, requests.fileno())
             elif isinstance(req, KillAll):
                 reply = Killed(killed=sandbox.kill_descendants(os.getpid()))
                 isolation.remove_empty_cgroups()
             else:
                 reply = Failure(error=f"the zygote does not handle {type(req).__name__}")
+        except _ClientGone:
+            break
         except Exception as exc:
             reply = Failure(error=repr(exc))
         channel.send(replies, reply, id=tag)

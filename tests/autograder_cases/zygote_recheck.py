@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 
-def recheck(folder: Path, cells: list, timeout: float = 120, cell_timeout: float = 60):
+def recheck(folder: Path, cells: list, timeout: float = 120, cell_timeout: float = 60, started=None):
     """(reply, the recheck's log, seconds the request took) of re-checking ``cells`` (RecheckCell) in ``folder``
-    (one another uid may pass through: 0711)."""
+    (one another uid may pass through: 0711). ``started(zygote)`` is called once the zygote is up."""
     from autograder import channel
     from autograder.channel import RecheckReply, RecheckRequest, RecheckSpec, RunConfig
     from autograder.sandbox.client import base_policy, kernel_env, private_zygote
@@ -26,6 +26,8 @@ def recheck(folder: Path, cells: list, timeout: float = 120, cell_timeout: float
     policy = dataclasses.replace(base_policy(run), write_dirs=own, own_paths=[*own, str(spec)],
                                  read_files=[*base_policy(run).read_files, str(spec)])
     zygote = private_zygote(folder)
+    if started is not None:
+        started(zygote)
     try:
         started = time.monotonic()
         reply = zygote.request(RecheckRequest(

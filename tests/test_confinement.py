@@ -7,6 +7,7 @@ test is skipped), so a regression fails the test, not the machine.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -52,12 +54,25 @@ class Fence:
         return "".join(f"open({str(d / 'cgroup.procs')!r}, 'w').write(str(__import__('os').getpid()))\n"
                        for d in self.dirs.values())
 
-    def remove(self) -> None:
+    def remove(self, wait: float = 15) -> None:
+        """Remove the fence and the cgroups the layer made inside it. A bomb's processes, killed just before, may
+        still be on their way out (more so on a loaded machine): a cgroup is removed once they have left it."""
+        deadline = time.monotonic() + wait
         for folder in self.dirs.values():
-            for child in sorted(folder.rglob("*"), reverse=True):
+            for child in [*sorted(folder.rglob("*"), reverse=True), folder]:
                 if child.is_dir():
-                    child.rmdir()
-            folder.rmdir()
+                    _remove_when_empty(child, deadline)
+
+
+def _remove_when_empty(cgroup: Path, deadline: float) -> None:
+    while True:
+        try:
+            cgroup.rmdir()
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def run_confined(body: str, layers: list[str], tmp: Path, fence: Fence | None = None, timeout: float = 120,
@@ -184,8 +199,6 @@ def _named(name: str) -> list[int]:
 
 @needs("pid")
 def test_student_code_sees_and_signals_only_its_own_processes_and_none_outlives_it(tmp_path):
-    import time
-
     grader, daemon = os.getpid(), f"ll-{uuid.uuid4().hex[:10]}"
     result = run_confined(f"""
         import ctypes, time
@@ -219,8 +232,6 @@ def test_student_code_sees_and_signals_only_its_own_processes_and_none_outlives_
 def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_exits(tmp_path):
     """The grader's workers and zygote ask for SIGKILL when their parent goes (``PR_SET_PDEATHSIG``), but a parent
     killed during the child's imports sends nothing: the child must see that it was already orphaned."""
-    import time
-
     child = textwrap.dedent("""
         import os, sys, time
         time.sleep(1)  # the imports: meanwhile the parent is killed
@@ -413,8 +424,6 @@ def test_a_recheck_stops_when_the_process_that_asked_for_it_is_killed(reachable)
     """A Dask worker killed in the middle of a task: its private zygote (no death signal: the worker may have started
     it from a thread) sees the request channel hang up, stops the recheck and exits, instead of letting the
     student's cell run on until the recheck's timeout."""
-    import time
-
     name = f"ll-{uuid.uuid4().hex[:10]}"
     client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT.format(
         tests=str(REPO / "tests"), name=name.encode(), folder=str(reachable))], stdout=subprocess.PIPE, text=True,

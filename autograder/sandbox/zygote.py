@@ -349,17 +349,14 @@ def _serve_connections(control_fd: int) -> None:
             break  # the grader closed its end (or died)
         for fd in fds:
             if os.fork() == 0:
-                code = 0
-                try:
+                def server() -> None:
                     control.close()
                     sandbox.die_with_parent(zygote)
                     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
                     conn = socket.socket(fileno=fd)
                     serve(conn.makefile("rb"), conn.makefile("wb"))
-                except BaseException:
-                    code = 1
-                finally:
-                    os._exit(code)
+
+                child_runs(server)
             os.close(fd)
     sandbox.kill_descendants(os.getpid())
 

@@ -7,7 +7,6 @@ test is skipped), so a regression fails the test, not the machine.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -26,8 +25,10 @@ from autograder.sandbox import isolation
 
 try:
     from autograder_cases import zygote_recheck
+    from autograder_cases.fence import Fence
 except ImportError:  # tests/ imported as a package
     from tests.autograder_cases import zygote_recheck
+    from tests.autograder_cases.fence import Fence
 
 AVAILABLE = isolation.probe()
 REPO = Path(__file__).resolve().parents[1]
@@ -36,43 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 def needs(layer: str):
     return pytest.mark.skipif(bool(AVAILABLE[layer]), reason=f"this machine does not allow the {layer} layer: "
                               f"{AVAILABLE[layer]}")
-
-
-class Fence:
-    """An outer pids + memory cgroup for a test that starts a bomb (the layer under test nests inside it)."""
-
-    def __init__(self, pids: int = 300, memory_mb: int = 2048):
-        self.dirs = {c: isolation.CGROUP_ROOT / c / f"looplab-test-fence-{uuid.uuid4().hex[:8]}"
-                     for c in ("pids", "memory")}
-        for controller, folder in self.dirs.items():
-            folder.mkdir()
-        (self.dirs["pids"] / "pids.max").write_text(str(pids))
-        (self.dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
-
-    def enter_command(self) -> str:
-        """Python that moves the process running it into the fence."""
-        return "".join(f"open({str(d / 'cgroup.procs')!r}, 'w').write(str(__import__('os').getpid()))\n"
-                       for d in self.dirs.values())
-
-    def remove(self, wait: float = 15) -> None:
-        """Remove the fence and the cgroups the layer made inside it. A bomb's processes, killed just before, may
-        still be on their way out (more so on a loaded machine): a cgroup is removed once they have left it."""
-        deadline = time.monotonic() + wait
-        for folder in self.dirs.values():
-            for child in [*sorted(folder.rglob("*"), reverse=True), folder]:
-                if child.is_dir():
-                    _remove_when_empty(child, deadline)
-
-
-def _remove_when_empty(cgroup: Path, deadline: float) -> None:
-    while True:
-        try:
-            cgroup.rmdir()
-            return
-        except OSError as exc:
-            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def run_confined(body: str, layers: list[str], tmp: Path, fence: Fence | None = None, timeout: float = 120,
@@ -314,7 +278,7 @@ def test_student_code_runs_as_a_user_that_owns_nothing_but_its_folder(reachable)
 
 @needs("cgroup")
 def test_a_fork_bomb_stays_inside_its_task(tmp_path):
-    fence = Fence(pids=300)
+    fence = Fence("test", pids=300, memory_mb=2048)
     try:
         result = run_confined("""
             import time
@@ -339,7 +303,7 @@ def test_a_fork_bomb_stays_inside_its_task(tmp_path):
 
 @needs("cgroup")
 def test_a_memory_hog_is_stopped_inside_its_task(tmp_path):
-    fence = Fence(memory_mb=1024)
+    fence = Fence("test", pids=300, memory_mb=1024)
     try:
         result = run_confined("""
             hog = []

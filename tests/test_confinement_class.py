@@ -12,7 +12,6 @@ and memory cgroup, so that a regression fails this test, not the machine.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import select
@@ -20,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -30,8 +28,10 @@ from autograder.sandbox import isolation
 
 try:
     from autograder_cases import build
+    from autograder_cases.fence import Fence
 except ImportError:
     from tests.autograder_cases import build
+    from tests.autograder_cases.fence import Fence
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
@@ -215,45 +215,13 @@ def _students(ports: dict[str, int]) -> list[build.Student]:
     ]
 
 
-class Fence:
-    """The test's own pids and memory cgroup around the whole run."""
-
-    def __init__(self):
-        self.dirs = {c: isolation.CGROUP_ROOT / c / f"looplab-class-fence-{uuid.uuid4().hex[:8]}"
-                     for c in ("pids", "memory")}
-        for folder in self.dirs.values():
-            folder.mkdir()
-        (self.dirs["pids"] / "pids.max").write_text(str(FENCE_PIDS))
-        (self.dirs["memory"] / "memory.limit_in_bytes").write_text(str(FENCE_MEMORY_MB << 20))
-
-    def prefix(self) -> list[str]:
-        """A shell that enters the fence, then execs the command after it."""
-        joins = "; ".join(f"echo $$ > {d / 'cgroup.procs'}" for d in self.dirs.values())
-        return ["/bin/sh", "-c", f'{joins}; exec "$@"', "fence"]
-
-    def remove(self, wait_s: float = 30) -> None:
-        """Remove the fence and what the run left in it; a cgroup whose last processes are still dying (a fork
-        bomb's children, killed a moment ago) is busy for a while: waited for, up to ``wait_s``."""
-        deadline = time.monotonic() + wait_s
-        for folder in self.dirs.values():
-            for child in [*sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True), folder]:
-                while True:
-                    try:
-                        child.rmdir()
-                        break
-                    except OSError as exc:
-                        if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("confined-class")
     listeners = Listeners()
     students = _students(listeners.ports)
     build.write_class(students, tmp / "submissions")
-    fence = Fence()
+    fence = Fence("class", FENCE_PIDS, FENCE_MEMORY_MB)
     command = [sys.executable, "-m", "autograder", "grade", str(tmp / "submissions"), "--out", str(tmp / "out"),
                "-j", "2", "--timeout-cell", "60", "--timeout-notebook", "120", "--require-isolation"]
     proc = subprocess.Popen([*fence.prefix(), sys.executable, str(REAPER), str(tmp / "stdout"), str(tmp / "stderr"),

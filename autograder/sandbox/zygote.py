@@ -349,14 +349,17 @@ def _serve_connections(control_fd: int) -> None:
             break  # the grader closed its end (or died)
         for fd in fds:
             if os.fork() == 0:
-                def server() -> None:
+                code = 0
+                try:
                     control.close()
                     sandbox.die_with_parent(zygote)
                     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
                     conn = socket.socket(fileno=fd)
                     serve(conn.makefile("rb"), conn.makefile("wb"))
-
-                child_runs(server)
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
             os.close(fd)
     sandbox.kill_descendants(os.getpid())
 

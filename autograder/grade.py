@@ -36,6 +36,7 @@ from .layout import REPO_ROOT
 from .run.progress import Progress, fmt as _fmt
 from .run import scratch
 from .run.pool import LocalExecutor
+from .sandbox.isolation import LAYERS
 from .results import journal
 from .results.outcome import TaskOutcome
 
@@ -80,8 +81,8 @@ class GradeOptions:
         "--regrade", "grade again what OUT already holds: every task, or only these students' (default: a re-run "
         "grades only what is new or changed)", nargs="*", metavar="STUDENT"))
     require_isolation: bool = field(default=False, metadata=_flag(
-        "--require-isolation", "refuse to grade when this machine does not allow every confinement layer (cgroups, "
-        "a private scratch, the network filter, an unprivileged user)"))
+        "--require-isolation", "refuse to grade when this machine does not allow every confinement layer ("
+        + ", ".join(LAYERS) + ")"))
 
 
 @dataclass
@@ -148,11 +149,11 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     out_lock = journal.lock_out(Path(out).resolve())  # one run per OUT; held until this process ends
     prepare_tools()
     work, alive = scratch.new_work_folder()
-    from .sandbox import policy as sandbox
+    from .sandbox import policy
 
     source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
     # Landlock makes writes outside a student's folder impossible; without it, detect them afterwards.
-    protected = [] if sandbox.landlock_abi() else [source, root / "labutils", root / "autograder", root / "notebooks"]
+    protected = [] if policy.landlock_abi() else [source, root / "labutils", root / "autograder", root / "notebooks"]
     before = fingerprint(protected)
     executor = executor or LocalExecutor(opts.jobs)
     try:

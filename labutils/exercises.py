@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -22,6 +23,12 @@ from pathlib import Path
 
 # plain data only (no torch import): the grader reads this file too
 GRADER_ENV = "LOOPLAB_HIDDEN_TESTS"  # "external": the grader re-runs every hidden test outside the student's kernel
+GRADED_OUTSIDE = {GRADER_ENV: "external"}  # what the grader puts in a kernel's environment
+
+
+def graded_outside() -> bool:
+    """Whether this kernel runs under the grader, which judges every hidden test itself (outside the kernel)."""
+    return os.environ.get(GRADER_ENV) == GRADED_OUTSIDE[GRADER_ENV]
 
 
 @dataclass(frozen=True)

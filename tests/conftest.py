@@ -6,8 +6,6 @@ A test gets the marker of every notebook its parameters name: a notebook id ("04
 
 from __future__ import annotations
 
-import pytest
-
 from labutils import exercises
 
 
@@ -32,7 +30,6 @@ def _notebooks(value) -> set[str]:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        _expect_open_door(item)
         callspec = getattr(item, "callspec", None)
         if callspec is None:
             continue
@@ -41,11 +38,3 @@ def pytest_collection_modifyitems(config, items):
             names |= _notebooks(value)
         for notebook in sorted(names):
             item.add_marker(exercises.lab_marker(notebook))
-
-
-def _expect_open_door(item) -> None:
-    """An attack test whose door is still open (``needs_fix``) is a strict xfail: the suite stays green while the
-    door is open, and the day a fix closes it the test XPASSes, which fails until its ``needs_fix`` mark is removed."""
-    mark = item.get_closest_marker("needs_fix")
-    if mark is not None:
-        item.add_marker(pytest.mark.xfail(reason=f"open door: {mark.args[0] if mark.args else ''}", strict=True))

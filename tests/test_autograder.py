@@ -19,8 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.hidden import verifier as hidden
-from autograder.sandbox import policy as sandbox
+from autograder.hidden import verifier
+from autograder.sandbox import policy
 from autograder.layout import REFERENCE_PACKAGE
 from autograder.course.submissions import SubmissionsError, check_notebook, discover
 from labutils import exercises
@@ -36,7 +36,7 @@ PYTHON = sys.executable
 
 pytestmark = pytest.mark.autograder
 needs_solutions = pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9, reason="solutions/ not complete")
-needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() < 1, reason="this kernel has no Landlock")
+needs_landlock = pytest.mark.skipif(policy.landlock_abi() < 1, reason="this kernel has no Landlock")
 
 
 def run_cli(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
@@ -261,9 +261,9 @@ def test_sandbox_blocks_writes_reads_and_network(tmp_path):
     allowed.mkdir()
     script = f"""
 import json, os, socket, sys
-from autograder.sandbox import policy as sandbox
-policy = sandbox.Policy(write_dirs=[{str(allowed)!r}], read_dirs=sandbox.system_read_dirs(), memory_mb=6000)
-sandbox.confine(policy)
+from autograder.sandbox import policy
+rules = policy.Policy(write_dirs=[{str(allowed)!r}], read_dirs=policy.system_read_dirs(), memory_mb=6000)
+policy.confine(rules)
 result = {{}}
 for path in [{str(allowed / 'ok.txt')!r}, {str(tmp_path / 'escape.txt')!r}, {str(REPO / 'HACKED.txt')!r}]:
     try:
@@ -322,14 +322,14 @@ def test_hidden_verify_in_a_notebook_namespace():
     mutants = build._mutants()
     variants = {v.name: v for v in mutants.VARIANTS}
     namespace = {"train_one_epoch": variants["baseline_canonical"].function}
-    assert hidden.run_check(("01_baseline", "train_one_epoch"), namespace)[0] is True
+    assert verifier.run_check(("01_baseline", "train_one_epoch"), namespace)[0] is True
     namespace = {"train_one_epoch": variants["no_zero_grad"].function}
-    passed, message = hidden.run_check(("01_baseline", "train_one_epoch"), namespace)
+    passed, message = verifier.run_check(("01_baseline", "train_one_epoch"), namespace)
     assert not passed and "still in .grad from step 1" in message
-    passed, message = hidden.run_check(("01_baseline", "train_one_epoch"), {})
+    passed, message = verifier.run_check(("01_baseline", "train_one_epoch"), {})
     assert not passed and "train_one_epoch is not defined" in message
     with pytest.raises(ValueError, match="no hidden test"):
-        hidden.verify("01_baseline", "nope")
+        verifier.verify("01_baseline", "nope")
 
 
 def test_feedback_scrub_keeps_the_message_only():
@@ -340,7 +340,7 @@ def test_feedback_scrub_keeps_the_message_only():
         "### END HIDDEN TESTS\n",
         metadata={"nbgrader": {"grade": True, "grade_id": "t", "points": 1, "locked": True, "solution": False}})
     cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="the step is wrong",
-                                           traceback=["File hidden.py line 3", "verify(...)"])]
+                                           traceback=["File verifier.py line 3", "verify(...)"])]
     cell, _ = ScrubHiddenTests().preprocess_cell(cell, {}, 0)
     assert "verify" not in cell.source and "hidden tests ran here" in cell.source
     assert cell.outputs[0]["traceback"] == ["AssertionError: the step is wrong"]

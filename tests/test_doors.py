@@ -6,8 +6,7 @@ with ``python -m autograder grade SUBMISSIONS --out OUT -j 2`` from a scratch co
 left, grades.csv, the JSONs and OUT; LATER seconds later the same again (one shared wait); the project and SUBMISSIONS
 hashed before and after. Each door is asserted in its own test.
 
-A test marked ``needs_fix(...)`` fails until that part of the grader is fixed (it names which); the lead integrates
-those fixes. The reply-id tests (door 4) drive the zygote client against a fake zygote that answers late or out of
+The reply-id tests (door 4) drive the zygote client against a fake zygote that answers late or out of
 order.
 """
 

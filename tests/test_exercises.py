@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.hidden import verifier as hidden
+from autograder.hidden import verifier
 from labutils import checks, exercises
 from tests import mutants
 
@@ -91,13 +91,13 @@ def test_signatures_come_from_the_registry():
     for variant in mutants.CORRECT:
         e = exercises.get(variant.exercise)
         for fn, contract in zip(variant.functions, e.functions):
-            assert hidden.signature_problem(fn, contract) is None, variant.name
+            assert verifier.signature_problem(fn, contract) is None, variant.name
             inspect.signature(fn).bind(*contract.params)
 
     def two_args(model, loader):
         pass
 
-    problem = hidden.signature_problem(two_args, exercises.function("baseline"))
+    problem = verifier.signature_problem(two_args, exercises.function("baseline"))
     assert "the contract is train_one_epoch(model, loader, optimizer, device)" in problem
 
 
@@ -144,20 +144,20 @@ def test_hidden_property_tests_share_one_check_run_through_the_cache():
 
     namespace = {"train_one_epoch": variants["drops_trailing_group"].function}
     cache: dict = {}
-    results = {p.id: hidden.run_check(("04_accumulation", "train_one_epoch", p.id), namespace, Checks(), cache)
+    results = {p.id: verifier.run_check(("04_accumulation", "train_one_epoch", p.id), namespace, Checks(), cache)
                for p in exercises.get("accumulation").properties}
     assert runs == ["accumulation"]
     assert {p for p, (passed, _) in results.items() if not passed} == {"trailing"}
     assert "the trailing partial group was dropped" in results["trailing"][1]
-    assert hidden.describe(("04_accumulation", "train_one_epoch", "trailing")) == \
+    assert verifier.describe(("04_accumulation", "train_one_epoch", "trailing")) == \
         "the hidden test test_train_one_epoch_trailing of train_one_epoch"
     with pytest.raises(ValueError, match="no graded property 'nope'"):
-        hidden.verify("04_accumulation", "train_one_epoch", "nope")
+        verifier.verify("04_accumulation", "train_one_epoch", "nope")
 
 
 def test_verify_calls_reads_the_property():
     source = '"""Check x"""\n### BEGIN HIDDEN TESTS\nverify("04_accumulation", "train_one_epoch", "trailing")\n'
-    assert hidden.verify_calls(source) == [("04_accumulation", "train_one_epoch", "trailing")]
+    assert verifier.verify_calls(source) == [("04_accumulation", "train_one_epoch", "trailing")]
 
 
 def _graded_cells(path: Path) -> list[tuple[str, float, str]]:
@@ -182,7 +182,7 @@ def test_notebook_graded_cells_match_the_registry(folder):
             assert source.startswith(f'"""Check that {p.title}"""\n'), source
             assert f'checks.assert_property("{e.id}", "{p.id}", ' in source
             if folder == "solutions/loop_lab":
-                assert hidden.verify_calls(source) == [(e.notebook, e.functions[0].name, p.id)]
+                assert verifier.verify_calls(source) == [(e.notebook, e.functions[0].name, p.id)]
 
 
 def test_the_scaffold_prints_the_graded_cells_the_solutions_hold():
@@ -217,7 +217,7 @@ def test_the_visible_part_runs_one_check_per_exercise(monkeypatch):
     runs = []
     real = checks.check_normalize
     monkeypatch.setattr(checks, "check_normalize", lambda fn: runs.append(fn) or real(fn))
-    monkeypatch.setenv(exercises.GRADER_ENV, "external")
+    monkeypatch.setenv(exercises.GRADER_ENV, exercises.GRADED_OUTSIDE[exercises.GRADER_ENV])
     wrong = next(v for v in mutants.BUGGY if v.exercise == "normalize" and v.expected_check == "values")
     properties.forget("normalize")
     checks.assert_property("normalize", "shape_dtype", wrong.function)
@@ -274,7 +274,7 @@ def test_a_replaced_check_is_left_to_the_grader(monkeypatch, capsys):
     properties.forget("normalize")
     with pytest.raises(AssertionError, match="not a CheckReport"):
         checks.assert_property("normalize", "values", mutants.CORRECT[0].function)
-    monkeypatch.setenv(exercises.GRADER_ENV, "external")
+    monkeypatch.setenv(exercises.GRADER_ENV, exercises.GRADED_OUTSIDE[exercises.GRADER_ENV])
     checks.assert_property("normalize", "values", mutants.CORRECT[0].function)
     assert "judged by the grader" in capsys.readouterr().out
     properties.forget("normalize")

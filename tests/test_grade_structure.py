@@ -109,6 +109,27 @@ def test_packages_import_only_downwards():
     assert graph["autograder.layout"] == set()  # where things are, known before anything else
 
 
+def drawn_floors(text: str) -> list[set[str]]:
+    """The floors of docs/architecture.md's drawing, lowest first: each line of its first code block names the
+    modules and packages of one floor (``results/``, ``grade.py``) before the two-space gap of its description."""
+    block = text.split("```\n", 2)[1]
+    floors = []
+    for line in block.splitlines():
+        names = []
+        for word in line.split():
+            if not word.endswith(("/", ".py")):
+                break
+            names.append(word.removesuffix("/").removesuffix(".py"))
+        floors.append(set(names))
+    return floors[::-1]
+
+
+def test_the_architecture_drawing_is_the_floors():
+    """docs/architecture.md draws the floors this test enforces, in the same order"""
+    drawn = drawn_floors((PACKAGE.parent / "docs" / "architecture.md").read_text())
+    assert drawn == FLOORS, f"docs/architecture.md draws {drawn} (lowest first); the floors are {FLOORS}"
+
+
 @pytest.mark.slow
 def test_each_module_imports_alone():
     failures = []

@@ -30,7 +30,7 @@ import signal
 import sys
 import time
 
-from autograder.hidden import verifier as hidden
+from autograder.hidden import verifier
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
 from autograder.process import child_runs
 from labutils.checks import evidence
@@ -98,7 +98,7 @@ def observe(spec: RecheckSpec, fd: int) -> None:
     """Execute the cells; at each test cell run its checks, sending every call's record (and a begin and an end per
     check) to ``fd``."""
     snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
-    restore, tampered, run_check = snapshot.restore, snapshot.tampered, hidden.run_check
+    restore, tampered, run_check = snapshot.restore, snapshot.tampered, verifier.run_check
     import labutils.checks as checks
     from labutils.checks import properties
 
@@ -130,7 +130,7 @@ def observe(spec: RecheckSpec, fd: int) -> None:
                     changed = tampered()
                     restore()
                     if changed:  # the judge fails this test; the next test of the function runs its check again
-                        properties.forget(hidden.contract(call[0], call[1]).id, cache)
+                        properties.forget(verifier.contract(call[0], call[1]).id, cache)
                 observer.message({"end": list(call), "tampered": changed, "error": error})
         elif cell.run:
             if cell_timeout:
@@ -148,13 +148,13 @@ def _begin(call: tuple, namespace: dict, cache: dict) -> dict:
     """What the judge needs before a check: the functions' signatures, or why they cannot be checked."""
     from labutils.checks import properties
 
-    fns, problem = hidden.find_functions(call[0], call[1], namespace)
+    fns, problem = verifier.find_functions(call[0], call[1], namespace)
     fresh = True
     if fns and len(call) > 2:
-        fresh = not properties.is_cached(hidden.contract(call[0], call[1]).id, tuple(fns), cache)
+        fresh = not properties.is_cached(verifier.contract(call[0], call[1]).id, tuple(fns), cache)
     return {"begin": list(call), "problem": problem, "fresh": fresh,
             "functions": [[getattr(e, "name", ""), _signature(fn)] for e, fn in
-                          zip(hidden.contract(call[0], call[1]).functions, fns)]}
+                          zip(verifier.contract(call[0], call[1]).functions, fns)]}
 
 
 def _signature(fn) -> list | None:
@@ -221,18 +221,18 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
     if begin.get("problem") is not None:
         _end(records)
         return False, str(begin["problem"])
-    exercise = hidden.contract(call[0], call[1])
+    exercise = verifier.contract(call[0], call[1])
     if begin.get("fresh") is not False or exercise.id not in functions:
         functions[exercise.id] = {str(name): Observed(str(name), sig) for name, sig in begin.get("functions", [])}
     with evidence.playing(records):
-        passed, message = hidden.run_check(call, functions[exercise.id], checks, cache, guard=False)
+        passed, message = verifier.run_check(call, functions[exercise.id], checks, cache, guard=False)
     end, extra = _end(records)
     if end.get("tampered"):
-        return False, hidden.tampered_message(call[1], end["tampered"])
+        return False, verifier.tampered_message(call[1], end["tampered"])
     if end.get("error") and not passed:  # as in the kernel, this exercise's later tests say it never returned
         from labutils.checks import properties
 
-        fns, _ = hidden.find_functions(call[0], call[1], functions[exercise.id])
+        fns, _ = verifier.find_functions(call[0], call[1], functions[exercise.id])
         properties.never_returned(exercise.id, tuple(fns), str(end["error"]).partition(":")[0], cache)
         return False, (f"{call[1]} did not return in the grader's re-run of the notebook ({end['error']}): fix that "
                        "first, then it is judged.")
@@ -258,11 +258,11 @@ def _end(records: evidence.Judge) -> tuple[dict, bool]:
 
 
 def _stopped(call: tuple) -> str:
-    return (f"{hidden.describe(call)} stopped before it finished (the re-run of the notebook's cells, or of "
+    return (f"{verifier.describe(call)} stopped before it finished (the re-run of the notebook's cells, or of "
             f"{call[1]} itself, exited or crashed): no points for it. Run the notebook top to bottom.")
 
 
 def _unreadable(call: tuple, why) -> str:
-    return (f"{hidden.describe(call)} could not be judged: the grader's re-run of the notebook sent evidence that does "
+    return (f"{verifier.describe(call)} could not be judged: the grader's re-run of the notebook sent evidence that does "
             f"not fit its check ({why}). Code that writes to the grader's channels earns nothing; run the notebook "
             "as it is meant to run.")

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import ast
 import inspect
-import os
 import sys
 
 from labutils import exercises
 
-EXTERNAL_ENV = exercises.GRADER_ENV
 
 
 def contract(notebook_id: str, function_name: str) -> exercises.Exercise:
@@ -141,7 +139,7 @@ def verify(notebook_id: str, function_name: str, property_id: str | None = None)
     call = (notebook_id, function_name) if property_id is None else (notebook_id, function_name, property_id)
     if property_id is not None:
         spec.property(property_id)
-    if os.environ.get(EXTERNAL_ENV) == "external":
+    if exercises.graded_outside():
         return  # the grader's recheck judges it outside the kernel and adds its verdict under the cell if it fails
     namespace = sys._getframe(1).f_globals
     passed, message = run_check(call, namespace)

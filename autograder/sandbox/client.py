@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 from autograder import channel
-from autograder.sandbox import policy as sandbox
+from autograder.sandbox import policy
 from autograder.channel import Exit, KillAll, RunConfig, ZygoteReady
 from autograder.course.handout import student_labutils_files
 from autograder.layout import REPO_ROOT, reference_dir
+from labutils import exercises
 
 ZYGOTE_MAIN = "from autograder.sandbox.zygote import main; main({argv!r})"
 
@@ -178,7 +179,7 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 pass
             if self.proc.poll() is None:
-                sandbox.kill_descendants(self.proc.pid)
+                policy.kill_descendants(self.proc.pid)
                 self.proc.kill()
             self.proc.wait()
             self.log.close()
@@ -203,10 +204,10 @@ def private_zygote(work: Path) -> Zygote:
     return Zygote(log_path=work / f"zygote-{os.getpid()}.log", env=zygote_env(home))
 
 
-def base_policy(run: RunConfig) -> sandbox.Policy:
+def base_policy(run: RunConfig) -> policy.Policy:
     """The sandbox rules every kernel and recheck of this run shares; each adds its own folders."""
-    return sandbox.Policy(
-        read_dirs=[*sandbox.system_read_dirs(), *run.data_dirs],
+    return policy.Policy(
+        read_dirs=[*policy.system_read_dirs(), *run.data_dirs],
         read_files=[str(p) for p in student_labutils_files()]
         + [str(REPO_ROOT / "autograder" / name) for name in ("__init__.py", "hidden/__init__.py", "hidden/verifier.py")],
         # labutils/ may be listed (a fresh `python` started by the notebook must find its modules); the reference
@@ -229,7 +230,7 @@ def kernel_env(home: Path, tmp: Path, run: RunConfig) -> dict:
         "LANG": "C.UTF-8",
         "LAB_MODE": "grade",
         "NBGRADER_EXECUTION": "autograde",
-        "LOOPLAB_HIDDEN_TESTS": "external",
+        **exercises.GRADED_OUTSIDE,
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         "LAB_CACHE_DIR": run.cache_dir,
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",

@@ -50,6 +50,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "looplab-tasks"
 PIDS_MAX = 512  # threads count: an ipykernel has ~10, torch and a DataLoader some more
 SCRATCH_MB = 1024
+# Applied inside the scratch layer's mount namespace: the PID namespace mounts its /proc there (an ordinary user's is
+# made in its user namespace), and the uid change needs the folders that namespace shows it.
+NEEDS_SCRATCH = ("pid", "user")
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
@@ -339,6 +342,11 @@ def no_network() -> None:
 # --- all of it ---------------------------------------------------------------------------------------------------------
 
 
+def _with_its_scratch(layer: str, layers: list[str]) -> bool:
+    """Whether ``layer`` is asked for together with the scratch layer it needs (:data:`NEEDS_SCRATCH`)."""
+    return layer in layers and (layer not in NEEDS_SCRATCH or "scratch" in layers)
+
+
 def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str], overlay: str | None,
           scratch_mb: int = SCRATCH_MB, pids_max: int = PIDS_MAX, own_paths: list[str] = (),
           read_paths: list[str] = ()) -> None:
@@ -346,7 +354,7 @@ def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str],
     ``user`` layer: ``own_paths``, the task's own folders and files, are handed to the student's uid, and
     ``read_paths`` (what the sandbox policy lets it read) made reachable for it. The uid changes last: everything
     before it needs root. (It also clears the parent-death signal: set it again.)"""
-    owner = student_ids() if "user" in layers and "scratch" in layers else None
+    owner = student_ids() if _with_its_scratch("user", layers) else None
     own = [*own_paths, *binds, *([overlay] if overlay else [])]
     if "cgroup" in layers:
         join_cgroup(name, memory_mb, pids_max)
@@ -374,9 +382,7 @@ def probe() -> dict[str, str]:
             os.close(read)
             reason = ""
             try:
-                # the pid and user layers are applied inside the scratch layer's namespace (an ordinary user's
-                # PID namespace is made in its user namespace; the uid change needs the folders it shows): so tried
-                layers = ["scratch", layer] if layer in ("pid", "user") else [layer]
+                layers = ["scratch", layer] if layer in NEEDS_SCRATCH else [layer]
                 enter(layers, f"probe-{os.getpid()}", 64, [], None, scratch_mb=1)
             except BaseException as exc:
                 reason = str(exc) or type(exc).__name__
@@ -390,10 +396,9 @@ def probe() -> dict[str, str]:
         except ChildProcessError:
             pass  # reaped already (the zygote ignores SIGCHLD)
         found[layer] = reason
-    if found["scratch"] and not found["user"]:  # the folders a uid must read are shown to it in the mount namespace
-        found["user"] = "it needs the scratch layer's mount namespace"
-    if found["scratch"] and not found["pid"]:  # its /proc is mounted in the mount namespace
-        found["pid"] = "it needs the scratch layer's mount namespace"
+    for layer in NEEDS_SCRATCH:
+        if found["scratch"] and not found[layer]:
+            found[layer] = "it needs the scratch layer's mount namespace"
     remove_empty_cgroups()
     return found
 

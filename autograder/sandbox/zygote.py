@@ -26,7 +26,7 @@ import time
 from autograder import channel
 from autograder.process import child_runs
 from autograder.sandbox import isolation
-from autograder.sandbox import policy as sandbox
+from autograder.sandbox import policy
 from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed,
                                 RecheckReply, RecheckRequest, ZygoteReady)
 
@@ -129,7 +129,7 @@ class ReferenceBlocker:
 def _enter_child(req: KernelRequest | RecheckRequest, server: int, keep_fd: int | None = None) -> None:
     """In a freshly forked child of ``server``: own session, clean fds, the student's cwd and env, then the sandbox."""
     os.setsid()
-    sandbox.die_with_parent(server)
+    policy.die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -173,10 +173,10 @@ def _enter_child(req: KernelRequest | RecheckRequest, server: int, keep_fd: int 
                                 *req.policy.write_files, *req.policy.write_dirs])
     # Again, as the change of uid cleared it. The parent may now be outside the task's PID namespace (the process
     # that waits for the task and dies with the server): whether it is gone, the server's pidfd says.
-    sandbox.die_with_parent_watching(server_fd)
+    policy.die_with_parent_watching(server_fd)
     os.close(server_fd)
     os.chdir(req.cwd)  # again: the notebook's folder is now the overlay
-    sandbox.confine(req.policy)
+    policy.confine(req.policy)
 
 
 def _fork_kernel(req: KernelRequest) -> int:
@@ -303,7 +303,7 @@ def serve(requests, replies) -> None:
             elif isinstance(req, RecheckRequest):
                 reply = _run_recheck(req, requests.fileno())
             elif isinstance(req, KillAll):
-                reply = Killed(killed=sandbox.kill_descendants(os.getpid()))
+                reply = Killed(killed=policy.kill_descendants(os.getpid()))
                 isolation.remove_empty_cgroups()
             else:
                 reply = Failure(error=f"the zygote does not handle {type(req).__name__}")
@@ -312,7 +312,7 @@ def serve(requests, replies) -> None:
         except Exception as exc:
             reply = Failure(error=repr(exc))
         channel.send(replies, reply, id=tag)
-    sandbox.kill_descendants(os.getpid())
+    policy.kill_descendants(os.getpid())
     isolation.remove_empty_cgroups()
 
 
@@ -352,7 +352,7 @@ def _serve_connections(control_fd: int) -> None:
                 code = 0
                 try:
                     control.close()
-                    sandbox.die_with_parent(zygote)
+                    policy.die_with_parent(zygote)
                     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
                     conn = socket.socket(fileno=fd)
                     serve(conn.makefile("rb"), conn.makefile("wb"))
@@ -361,7 +361,7 @@ def _serve_connections(control_fd: int) -> None:
                 finally:
                     os._exit(code)
             os.close(fd)
-    sandbox.kill_descendants(os.getpid())
+    policy.kill_descendants(os.getpid())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(null_fd, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically: no zombies to confuse polls
     if "--control" in argv:
-        sandbox.die_with_parent(int(argv[argv.index("--parent") + 1]))
+        policy.die_with_parent(int(argv[argv.index("--parent") + 1]))
     started = time.monotonic()
     found = isolation.probe()  # before the imports: a probe is a fork of a small process
     LAYERS[:] = [layer for layer, why_not in found.items() if not why_not]

@@ -26,7 +26,6 @@ its own, since it restores every module attribute between checks) or in this mod
 
 from __future__ import annotations
 
-import os
 
 from .. import exercises
 from .report import CheckReport
@@ -145,7 +144,7 @@ def assert_property(exercise_id: str, property_id: str, *fns) -> None:
     try:
         passed, message = judge(exercise_id, property_id, report)
     except Exception as exc:  # not a CheckReport: the notebook replaced labutils.checks
-        if os.environ.get(exercises.GRADER_ENV) == "external":
+        if exercises.graded_outside():
             print("judged by the grader outside this notebook")  # on pristine modules: the patch gains nothing
             return
         raise AssertionError(f"the check returned {type(report).__name__}, not a CheckReport ({exc}): was "

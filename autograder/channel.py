@@ -73,16 +73,6 @@ class CellScore:
 
 
 @dataclass
-class RecheckOutcome:
-    """One hidden test as the recheck outside the kernel decided it."""
-
-    grade_id: str
-    call: list[str]
-    passed: bool
-    message: str = ""
-
-
-@dataclass
 class Result:
     """One graded (student, notebook): scores, notes, timings; ``status`` graded | error."""
 
@@ -97,7 +87,6 @@ class Result:
     feedback: str | None = None  # the HTML feedback file, where the task ran
     autograded: str | None = None  # the autograded notebook, where the task ran
     timings: dict[str, float] = field(default_factory=dict)  # seconds: kernel_s, recheck_s, autograde_s, ...
-    rechecks: list[RecheckOutcome] = field(default_factory=list)
 
     @classmethod
     def failed(cls, task: Task, error: str, traceback: str | None = None) -> Result:
@@ -230,7 +219,7 @@ class Failure:
 
 
 MESSAGES = {cls.__name__: cls for cls in (
-    ExtraFile, Task, RunConfig, CellScore, RecheckOutcome, Result, WorkerReady, ZygoteReady, KernelRequest,
+    ExtraFile, Task, RunConfig, CellScore, Result, WorkerReady, ZygoteReady, KernelRequest,
     KernelStarted, RecheckRequest, RecheckCell, RecheckSpec, CheckLine, RecheckReply, KillAll, Killed, Exit, Failure, Policy)}
 
 

@@ -322,14 +322,16 @@ def test_hidden_verify_in_a_notebook_namespace():
     mutants = build._mutants()
     variants = {v.name: v for v in mutants.VARIANTS}
     namespace = {"train_one_epoch": variants["baseline_canonical"].function}
-    assert verifier.run_check(("01_baseline", "train_one_epoch"), namespace)[0] is True
+    gradient = ("01_baseline", "train_one_epoch", "gradient")
+    assert verifier.run_check(gradient, namespace)[0] is True
     namespace = {"train_one_epoch": variants["no_zero_grad"].function}
-    passed, message = verifier.run_check(("01_baseline", "train_one_epoch"), namespace)
+    passed, message = verifier.run_check(("01_baseline", "train_one_epoch", "steps"), namespace)
     assert not passed and "still in .grad from step 1" in message
-    passed, message = verifier.run_check(("01_baseline", "train_one_epoch"), {})
+    passed, message = verifier.run_check(gradient, {})
     assert not passed and "train_one_epoch is not defined" in message
     with pytest.raises(ValueError, match="no hidden test"):
-        verifier.verify("01_baseline", "nope")
+        verifier.verify("01_baseline", "nope", "gradient")
+    assert verifier.verify_calls('verify("01_baseline", "train_one_epoch")') == []  # a whole-check call grades nothing
 
 
 def test_feedback_scrub_keeps_the_message_only():

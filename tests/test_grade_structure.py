@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autograder import channel
-from autograder.channel import (CellScore, CheckLine, ExtraFile, KernelRequest, RecheckCell, RecheckOutcome,
+from autograder.channel import (CellScore, CheckLine, ExtraFile, KernelRequest, RecheckCell,
                                 RecheckReply, RecheckSpec, Result, RunConfig, Task)
 from autograder.sandbox.policy import Policy
 
@@ -162,8 +162,7 @@ MESSAGES = [
     Result(id="ann--01_baseline", student="ann", notebook="01_baseline",
            tests=[CellScore(name="test_a", kind="auto", points=2.0, max_points=2.0, passed=True, auto_score=2.0,
                             needs_manual_grade=False, message="")],
-           notes=["a note"], timings={"kernel_s": 1.25, "total_s": 3.5},
-           rechecks=[RecheckOutcome(grade_id="test_a", call=["01_baseline", "train_one_epoch"], passed=True)]),
+           notes=["a note"], timings={"kernel_s": 1.25, "total_s": 3.5}),
     KernelRequest(argv=["-f", "/k.json"], cwd="/w/t", env={"HOME": "/h"},
                   policy=Policy(write_dirs=["/w/t"], bind_ports=[5000], memory_mb=6144), log="/w/t/kernel.log"),
     RecheckSpec(cells=[RecheckCell(index=1, source="x = 1"), RecheckCell(index=2, grade_id="t", checks=[["a", "b"]])],

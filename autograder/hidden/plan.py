@@ -15,7 +15,7 @@ from nbgrader import utils
 
 from labutils import exercises
 
-from autograder.channel import CheckLine, RecheckCell, RecheckOutcome
+from autograder.channel import CheckLine, RecheckCell
 
 from . import verifier
 
@@ -24,6 +24,16 @@ SHOWN = frozenset({e.check_name for e in exercises.EXERCISES} | {"show_trace"}) 
 
 def has_error(cell) -> bool:
     return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+
+
+@dataclass
+class RecheckOutcome:
+    """One hidden test as the recheck outside the kernel decided it (read back from its :class:`CheckLine`)."""
+
+    grade_id: str
+    call: list[str]
+    passed: bool
+    message: str = ""
 
 
 @dataclass

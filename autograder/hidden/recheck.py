@@ -150,7 +150,7 @@ def _begin(call: tuple, namespace: dict, cache: dict) -> dict:
 
     fns, problem = verifier.find_functions(call[0], call[1], namespace)
     fresh = True
-    if fns and len(call) > 2:
+    if fns:
         fresh = not properties.is_cached(verifier.contract(call[0], call[1]).id, tuple(fns), cache)
     return {"begin": list(call), "problem": problem, "fresh": fresh,
             "functions": [[getattr(e, "name", ""), _signature(fn)] for e, fn in

@@ -1,6 +1,6 @@
 """Hidden tests: the instructor-only side of every graded test cell.
 
-A hidden test cell only calls ``verify("01_baseline", "train_one_epoch")``; the logic lives here, in the autograder
+A hidden test cell only calls ``verify("01_baseline", "train_one_epoch", "gradient")`` (one graded property); the logic lives here, in the autograder
 package installed where grading runs, never in the assignment folder (nbgrader copies every file of the source
 folder into the student release).
 
@@ -60,7 +60,7 @@ def find_functions(notebook_id: str, function_name: str, namespace: dict) -> tup
     return fns, None
 
 
-VerifyCall = tuple  # the literal arguments of one ``verify(...)`` call: (notebook_id, function_name, ...)
+VerifyCall = tuple  # the literal arguments of one ``verify(...)`` call: (notebook_id, function_name, property_id)
 
 
 def verify_calls(source: str) -> list[VerifyCall]:
@@ -74,32 +74,28 @@ def verify_calls(source: str) -> list[VerifyCall]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "verify":
             args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            if len(args) == len(node.args) >= 2 and not node.keywords:
+            if len(args) == len(node.args) == 3 and not node.keywords:
                 calls.append(tuple(args))
     return sorted(calls, key=lambda call: source.find(call[1]))
 
 
 def describe(call: VerifyCall) -> str:
     """How a message names the hidden test of ``call``."""
-    if len(call) > 2:
-        return f"the hidden test {contract(call[0], call[1]).grade_id(call[2])} of {call[1]}"
-    return f"the hidden test of {call[1]}"
+    return f"the hidden test {contract(call[0], call[1]).grade_id(call[2])} of {call[1]}"
 
 
 def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict | None = None,
               guard: bool = True) -> tuple[bool, str]:
     """(passed, verdict text) of the hidden test ``call`` on the functions found in ``namespace``.
 
-    ``call`` is (notebook_id, function_name) for the whole check, or (notebook_id, function_name, property_id) for one
-    graded property (labutils.checks.properties: one check run shared by all of them, the rule for a mistake
-    upstream). ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook); without
+    ``call`` is (notebook_id, function_name, property_id): one graded property (labutils.checks.properties: one check
+    run shared by all of them, the rule for a mistake upstream). ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook); without
     one, the kernel-side memo of labutils.checks.properties is used. ``guard=False``: no student code runs in this
     process (the recheck's judge), so there is nothing to watch for patches.
     """
-    notebook_id, function_name = call[:2]
+    notebook_id, function_name, property_id = call
     spec = contract(notebook_id, function_name)
-    if len(call) > 2:
-        spec.property(call[2])  # an unknown property fails loudly
+    spec.property(property_id)  # an unknown property fails loudly
     fns, problem = find_functions(notebook_id, function_name, namespace)
     if problem:
         return False, problem
@@ -110,35 +106,28 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
     snapshot = None
     # the grader's recheck: a report made while torch was patched is dropped. A report already in the cache was
     # guarded when it was made, and answering from it runs no student code: no snapshot (0.2 s each) for it.
-    if guard and len(call) > 2 and cache is not None and not properties.is_cached(spec.id, tuple(fns), cache):
+    if guard and cache is not None and not properties.is_cached(spec.id, tuple(fns), cache):
         from .snapshot import Snapshot
 
         snapshot = Snapshot()
     try:
-        report = (properties.report_for(spec.id, tuple(fns), checks_module, cache) if len(call) > 2 else
-                  getattr(checks_module, spec.check_name)(*fns, *spec.check_args))
+        report = properties.report_for(spec.id, tuple(fns), checks_module, cache)
     except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
         return False, f"{function_name} could not be checked: {type(exc).__name__}: {exc}"
     changed = snapshot.tampered() if snapshot is not None else []
     if changed:  # every property test sharing this report fails the same way, not only the first
         properties.forget(spec.id, cache)
         return False, tampered_message(function_name, changed)
-    if len(call) > 2:
-        passed, message = properties.judge(spec.id, call[2], report)
-        return passed is True, message
-    passed = getattr(report, "passed", None)
-    if passed is not True:  # only the real boolean counts (a student-made object is never "truthy enough")
-        return False, str(report)
-    return True, str(report)
+    passed, message = properties.judge(spec.id, property_id, report)
+    return passed is True, message  # only the real boolean counts (a student-made object is never "truthy enough")
 
 
-def verify(notebook_id: str, function_name: str, property_id: str | None = None) -> None:
+def verify(notebook_id: str, function_name: str, property_id: str) -> None:
     """Hidden test of ``function_name`` (one graded property of it, when given) in the calling notebook; raises
     AssertionError with the verdict on failure."""
     spec = contract(notebook_id, function_name)  # unknown ids fail loudly, in any mode
-    call = (notebook_id, function_name) if property_id is None else (notebook_id, function_name, property_id)
-    if property_id is not None:
-        spec.property(property_id)
+    call = (notebook_id, function_name, property_id)
+    spec.property(property_id)
     if exercises.graded_outside():
         return  # the grader's recheck judges it outside the kernel and adds its verdict under the cell if it fails
     namespace = sys._getframe(1).f_globals

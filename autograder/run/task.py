@@ -70,7 +70,6 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
         except ZygoteError as exc:
             result.notes.append(f"grader: {exc}")
     result.timings = dict(ctx.timings, total_s=round(time.monotonic() - started, 2))
-    result.rechecks = ctx.rechecks
     return result
 
 

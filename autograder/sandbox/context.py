@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.channel import RecheckOutcome
 from .policy import Policy
 
 
@@ -26,7 +25,6 @@ class TaskContext:
     notebook_timeout: int = 300
     notes: list[str] = field(default_factory=list)  # for the student's JSON
     timings: dict[str, float] = field(default_factory=dict)
-    rechecks: list[RecheckOutcome] = field(default_factory=list)
     fatal: str | None = None  # why the grader itself could not grade this notebook
 
 

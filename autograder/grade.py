@@ -29,6 +29,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from labutils.atomic import write_atomically
+
 from .channel import ExtraFile, Result, RunConfig, Task
 from .layout import ASSIGNMENT
 from .course.nbgrader_setup import database_url, prepare_tools, sqlite_url
@@ -324,7 +326,7 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     t0 = time.monotonic()
     report.write_all(result, the_plan.db_url)
     timings["reports_s"] = time.monotonic() - t0
-    journal.write_atomically(out / "timings.json",
+    write_atomically(out / "timings.json",
                              (json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n").encode())
     (say or log)(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
         + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))

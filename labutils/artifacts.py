@@ -17,6 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from .atomic import write_atomically
+
 REQUIRED_NUMBERS = ("val_acc", "epoch_seconds", "samples_per_s")  # every <notebook_id>.json holds these keys
 
 _current: dict = {"notebook": None}
@@ -45,9 +47,7 @@ def _write(numbers: dict, fresh: bool = False) -> None:
     path = out / f"{notebook}.json"
     current = {} if fresh or not path.exists() else json.loads(path.read_text())
     current.update(numbers)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(current, indent=2) + "\n")
-    os.replace(tmp, path)  # the sequence runner never reads half a file
+    write_atomically(path, (json.dumps(current, indent=2) + "\n").encode())  # the sequence runner never reads half
 
 
 def add_seconds(kind: str, seconds: float) -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .atomic import atomic_file
+
 MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set pixel statistics, the standard normalisation
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -63,13 +65,9 @@ def _stage(raw_dir: Path, root: Path) -> None:
         if out.exists():
             continue
         src = raw_dir / name
-        tmp = out.with_suffix(".tmp")
-        if src.exists():
-            with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+        with atomic_file(out) as fout:  # a half-written file never looks like a finished one
+            with gzip.open(src, "rb") if src.exists() else open(raw_dir / name[:-3], "rb") as fin:
                 shutil.copyfileobj(fin, fout)
-        else:
-            shutil.copyfile(raw_dir / name[:-3], tmp)
-        os.replace(tmp, out)  # a half-written file never looks like a finished one
 
 
 def _missing_data_message(reason: str) -> str:

@@ -12,6 +12,8 @@ import json
 import zipfile
 from pathlib import Path
 
+from labutils.atomic import atomic_file
+
 from ..layout import REPO_ROOT, reference_dir
 
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
@@ -151,8 +153,7 @@ def build_handout(out: Path, root: Path = REPO_ROOT) -> list[str]:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     members = handout_members(root)
-    tmp = out.with_name(out.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    with atomic_file(out) as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(members):
             source = members[name]
             data = source.read_bytes() if isinstance(source, Path) else source.encode()
@@ -160,5 +161,4 @@ def build_handout(out: Path, root: Path = REPO_ROOT) -> list[str]:
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
-    tmp.replace(out)  # a half-written zip never sits under the final name
     return sorted(members)

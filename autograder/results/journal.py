@@ -23,8 +23,9 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 from pathlib import Path
+
+from labutils.atomic import write_atomically
 
 JOURNAL = ".journal"
 LOCK = ".grading.lock"
@@ -65,25 +66,6 @@ def kill_point(name: str) -> None:
     last milliseconds, too short to aim a kill at from outside; an OOM killer or a pre-emption hits them anyway."""
     if os.environ.get(KILL_AT) == name:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` or what it held before, never a part: temp file, fsync, rename, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
 
 
 def content_hash(h, path: Path) -> None:

@@ -8,10 +8,11 @@ import io
 import json
 from pathlib import Path
 
+from labutils.atomic import write_atomically
+
 from autograder.layout import ASSIGNMENT
 
 from .gradebook import read_rows
-from .journal import write_atomically
 from .summary import write_summary
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")

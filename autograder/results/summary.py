@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from labutils import exercises
+from labutils.atomic import write_atomically
 
 from autograder.layout import ASSIGNMENT
 
-from .journal import kill_point, write_atomically
+from .journal import kill_point
 
 
 def write_summary(out: Path, records: list[dict], test_max: dict, result) -> None:

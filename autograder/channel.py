@@ -2,7 +2,7 @@
 
 The hops: grade -> pool -> worker (:class:`RunConfig` once, then :class:`Task`; back :class:`WorkerReady`, then one
 :class:`Result` per task), worker -> zygote (:class:`KernelRequest`, :class:`RecheckRequest`, :class:`KillAll`,
-:class:`Exit`; back :class:`KernelStarted`, :class:`RecheckReply`, :class:`Killed`, :class:`Failure`; first
+:class:`Exit`; back :class:`KernelStarted`, :class:`RecheckReply`, :class:`Killed`, :class:`RequestFailed`; first
 :class:`ZygoteReady`), worker -> recheck child (:class:`RecheckSpec`, in a file), recheck child -> zygote
 (:class:`CheckLine`, one per hidden test).
 
@@ -214,13 +214,13 @@ class Exit:
 
 
 @dataclass
-class Failure:
+class RequestFailed:
     error: str
 
 
 MESSAGES = {cls.__name__: cls for cls in (
-    ExtraFile, Task, RunConfig, CellScore, Result, WorkerReady, ZygoteReady, KernelRequest,
-    KernelStarted, RecheckRequest, RecheckCell, RecheckSpec, CheckLine, RecheckReply, KillAll, Killed, Exit, Failure, Policy)}
+    ExtraFile, Task, RunConfig, CellScore, Result, WorkerReady, ZygoteReady, KernelRequest, KernelStarted,
+    RecheckRequest, RecheckCell, RecheckSpec, CheckLine, RecheckReply, KillAll, Killed, Exit, RequestFailed, Policy)}
 
 
 class ChannelError(ValueError):

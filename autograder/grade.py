@@ -88,7 +88,7 @@ class GradeOptions:
 
 
 @dataclass
-class RunResult:
+class ClassGrades:
     out: Path
     students: list[str]
     notebooks: list[str]
@@ -144,7 +144,7 @@ class Plan:
 
 
 def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT,
-          executor=None) -> RunResult:
+          executor=None) -> ClassGrades:
     """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect."""
     opts = options or GradeOptions()
     started = time.monotonic()
@@ -299,7 +299,7 @@ def _new_sqlite_file(db_url: str) -> Path | None:
 
 
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
-            started: float, say=None) -> RunResult:
+            started: float, say=None) -> ClassGrades:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
     from .results import gradebook, report
 
@@ -320,7 +320,7 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
         (say or log)(note)
     problems = list(problems) + [f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}"
                                  for o in outcomes.values() if o.status == "error"]
-    result = RunResult(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,
+    result = ClassGrades(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,
                        student_notes={s.student: s.notes for s in the_plan.submissions}, complete=not problems,
                        problems=problems, seconds=time.monotonic() - started, timings=timings)
     t0 = time.monotonic()

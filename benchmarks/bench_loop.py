@@ -66,7 +66,7 @@ RESULT_TAG = "BENCH-RESULT "  # the worker's one line of output that the parent 
 
 
 @dataclass
-class Run:
+class ArmRound:
     """One arm, one round, one fresh process."""
 
     arm: str
@@ -98,7 +98,7 @@ class Clock:
             self.ticks.append(time.perf_counter())
             self.faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
-    def result(self, run: Run) -> Run:
+    def result(self, run: ArmRound) -> ArmRound:
         run.steps = len(self.ticks) - 1
         if run.steps != self.steps:
             raise RuntimeError(f"{run.arm} ran {self.done} optimizer steps, expected {self.warmup + self.steps}")
@@ -225,10 +225,10 @@ ARM_BODIES = {
 ARMS = tuple(ARM_BODIES)
 
 
-def run_arm(arm: str, steps: int, warmup: int, threads: int) -> Run:
+def run_arm(arm: str, steps: int, warmup: int, threads: int) -> ArmRound:
     torch.set_num_threads(threads)
     body, keeps_memory = ARM_BODIES[arm]
-    run, clock = Run(arm, -1, kept_freed_memory=keeps_memory and keep_freed_memory()), Clock(warmup, steps)
+    run, clock = ArmRound(arm, -1, kept_freed_memory=keeps_memory and keep_freed_memory()), Clock(warmup, steps)
     try:
         body(clock, warmup + steps)
         clock.result(run)
@@ -244,7 +244,7 @@ def run_arm(arm: str, steps: int, warmup: int, threads: int) -> Run:
 # --- the parent: rounds of fresh processes ---------------------------------------------------------------------------
 
 
-def spawn(arm: str, rnd: int, args) -> Run:
+def spawn(arm: str, rnd: int, args) -> ArmRound:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONWARNINGS="ignore")
     cmd = [sys.executable, __file__, "--worker", arm, "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--threads", str(args.threads)]
@@ -252,23 +252,23 @@ def spawn(arm: str, rnd: int, args) -> Run:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=WORKER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return Run(arm, rnd, process_s=WORKER_TIMEOUT_S, error=f"worker timed out after {WORKER_TIMEOUT_S} s")
+        return ArmRound(arm, rnd, process_s=WORKER_TIMEOUT_S, error=f"worker timed out after {WORKER_TIMEOUT_S} s")
     process_s = time.perf_counter() - started
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(RESULT_TAG)), None)
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Run(arm, rnd, process_s=process_s, error=f"worker exited {proc.returncode}: {tail[:200]}")
-    return Run(**{**json.loads(line[len(RESULT_TAG):]), "round": rnd, "process_s": process_s})
+        return ArmRound(arm, rnd, process_s=process_s, error=f"worker exited {proc.returncode}: {tail[:200]}")
+    return ArmRound(**{**json.loads(line[len(RESULT_TAG):]), "round": rnd, "process_s": process_s})
 
 
-def median_ratio(runs: list[Run], a: str, b: str) -> tuple[float, float, float] | None:
+def median_ratio(runs: list[ArmRound], a: str, b: str) -> tuple[float, float, float] | None:
     """Median, min and max over rounds of (a's samples/s) / (b's samples/s), each pair from the same round."""
     by = {(r.arm, r.round): r.samples_per_s for r in runs if r.error is None}
     ratios = [by[a, k] / by[b, k] for k in {r.round for r in runs} if (a, k) in by and (b, k) in by]
     return (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
 
 
-def table(runs: list[Run], arms: list[str]) -> str:
+def table(runs: list[ArmRound], arms: list[str]) -> str:
     lines = ["| arm | samples/s, median (min–max) | ms per step | vs bare | page faults per step | freed memory |",
              "|---|---|---|---|---|---|"]
     for arm in arms:
@@ -287,7 +287,7 @@ def table(runs: list[Run], arms: list[str]) -> str:
     return "\n".join(lines)
 
 
-def verdicts(runs: list[Run]) -> list[str]:
+def verdicts(runs: list[ArmRound]) -> list[str]:
     out = []
     pairs = [("reference", "bare", 0.95), ("reference", "lightning", 1.2), ("reference", "lightning+malloc", None),
              ("reference", "accelerate", None), ("reference", "textbook", None), ("reference", "reference-glibc", None),
@@ -300,7 +300,7 @@ def verdicts(runs: list[Run]) -> list[str]:
     return out
 
 
-def save_json(path: Path, args, runs: list[Run], load_before: float) -> None:
+def save_json(path: Path, args, runs: list[ArmRound], load_before: float) -> None:
     """The raw numbers so far: written after every run, so an interrupted benchmark keeps what it measured."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({

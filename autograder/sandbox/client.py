@@ -145,7 +145,7 @@ class Zygote:
             return tag, message
 
     def request(self, message, expect, timeout: float | None = 60):
-        """Send ``message``; the reply, which must be an ``expect`` (a :class:`channel.Failure` raises)."""
+        """Send ``message``; the reply, which must be an ``expect`` (a :class:`channel.RequestFailed` raises)."""
         self.last_id += 1
         try:
             channel.send(self.wfile, message, id=self.last_id)
@@ -153,10 +153,10 @@ class Zygote:
             self.closed = True
             raise ZygoteError(f"the zygote is gone: {exc}") from None
         try:
-            reply = self._read(timeout, (expect, channel.Failure), id=self.last_id)[1]
+            reply = self._read(timeout, (expect, channel.RequestFailed), id=self.last_id)[1]
         except ZygoteError as exc:
             raise ZygoteError(f"{type(message).__name__}: {exc} (within {timeout} s)") from None
-        if isinstance(reply, channel.Failure):
+        if isinstance(reply, channel.RequestFailed):
             raise ZygoteError(f"the zygote could not do {type(message).__name__}: {reply.error}")
         return reply
 

@@ -9,8 +9,8 @@ Protocol (:mod:`autograder.channel`): one numbered request per line, one reply p
 stdin / the original stdout, or on the socket the grader handed over):
 :class:`~autograder.channel.KernelRequest` -> ``KernelStarted`` (an ipykernel in its own session),
 :class:`~autograder.channel.RecheckRequest` -> ``RecheckReply``, ``KillAll`` -> ``Killed`` (every process below the
-zygote: it is a subreaper, so escaped daemons too), ``Exit``; anything that fails -> ``Failure``. The client side
-(starting it, the environments it gets) is :mod:`autograder.sandbox.client`.
+zygote: it is a subreaper, so escaped daemons too), ``Exit``; anything that fails -> ``RequestFailed``. The client
+side (starting it, the environments it gets) is :mod:`autograder.sandbox.client`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from autograder import channel
 from autograder.process import child_runs
 from autograder.sandbox import isolation
 from autograder.sandbox import policy
-from autograder.channel import (CheckLine, Exit, Failure, KernelRequest, KernelStarted, KillAll, Killed,
-                                RecheckReply, RecheckRequest, ZygoteReady)
+from autograder.channel import (CheckLine, Exit, KernelRequest, KernelStarted, KillAll, Killed, RecheckReply,
+                                RecheckRequest, RequestFailed, ZygoteReady)
 
 _PR_SET_CHILD_SUBREAPER = 36
 RESULT_FD = 3  # where a recheck child writes its results
@@ -306,11 +306,11 @@ def serve(requests, replies) -> None:
                 reply = Killed(killed=policy.kill_descendants(os.getpid()))
                 isolation.remove_empty_cgroups()
             else:
-                reply = Failure(error=f"the zygote does not handle {type(req).__name__}")
+                reply = RequestFailed(error=f"the zygote does not handle {type(req).__name__}")
         except _ClientGone:
             break
         except Exception as exc:
-            reply = Failure(error=repr(exc))
+            reply = RequestFailed(error=repr(exc))
         channel.send(replies, reply, id=tag)
     policy.kill_descendants(os.getpid())
     isolation.remove_empty_cgroups()

@@ -135,10 +135,11 @@ def _grade(args) -> int:
     from .course.submissions import SubmissionsError
     from .grade import grade
     from .results.journal import OutLocked
+    from .results.late import LateConfigError
     from .run.pool import GradingSetupError
 
     options = grade_options(args, threads=1 if args.scheduler else None)  # one torch thread per Dask worker
-    with _usage_errors(SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked):
+    with _usage_errors(SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked, LateConfigError):
         result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
     return 0 if result.complete else 1
 

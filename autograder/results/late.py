@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DEADLINES_NAME = "deadlines.toml"
 EXTENSIONS_NAME = "extensions.csv"
-LATE_NAME = "late.json"
+LATE_NAME = ".lateness.json"  # a dot: no student id starts with one, and OUT/<student>.json are the students'
 TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's submission time, beside the notebooks
 FROM_TIMESTAMP = "timestamp.txt"
 FROM_FILE_TIME = "file time (no timestamp.txt)"
@@ -257,7 +257,7 @@ def assess(course: Deadlines, student: str, handed_in: dict[str, tuple[datetime,
 
 
 def save(out: Path, lateness: list[Lateness] | None) -> None:
-    """OUT/late.json: every task's lateness, for the exports (removed when the course has no deadline)."""
+    """OUT/.lateness.json: every task's lateness, for the exports (removed when the course has no deadline)."""
     from .journal import write_atomically
 
     path = Path(out) / LATE_NAME

@@ -88,7 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write every student's total (autograded and hand-graded points) from the "
                        "nbgrader course grade left in OUT, with nbgrader's CSV export")
     e.add_argument("--out", type=Path, required=True, help="the folder `grade --out` wrote (the course)")
-    e.add_argument("--to", type=Path, help="the CSV to write (default: OUT/nbgrader_export.csv)")
+    e.add_argument("--to", type=Path, help="the CSV to write (default: OUT/nbgrader_export.csv, "
+                   "OUT/canvas_import.csv, OUT/moodle_import.csv)")
+    e.add_argument("--format", default="nbgrader", help="nbgrader (nbgrader's CSV), canvas or moodle (the LMS's "
+                   "gradebook CSV given as --roster, with the assignment's column filled; default: %(default)s)")
+    e.add_argument("--roster", type=Path, help="canvas/moodle: the gradebook CSV exported from the LMS")
+    e.add_argument("--match", help="canvas/moodle: the roster column that names the submission folders: "
+                   "canvas: login (SIS Login ID, default), sis-id, canvas-id; moodle: email (default), id-number")
+    e.add_argument("--mapping", type=Path, help="canvas/moodle: a CSV 'submission,<roster column>' pairing each "
+                   "submission folder with a roster value, instead of --match")
+    e.add_argument("--column", help="canvas/moodle: the roster's column to fill (default: the one named like "
+                   "'Loop Lab')")
 
     c = sub.add_parser("cells", help="print an exercise's graded cells (headings and test cells, hidden part included) "
                        "as a notebook, to copy into its solutions/ notebook")
@@ -146,11 +156,38 @@ def _grade(args) -> int:
 
 def _export(args) -> int:
     from .course.formgrader import export_grades
+    from .results.lms import ExportError, course_totals
 
-    with _usage_errors(FileNotFoundError):
+    if args.format != "nbgrader":
+        return _export_lms(args)
+    if args.roster or args.match or args.mapping or args.column:
+        raise _UsageError("--roster, --match, --mapping and --column go with --format canvas or moodle")
+    with _usage_errors(FileNotFoundError, ExportError):
+        course_totals(args.out)  # late penalties recomputed from the current scores first
         dest = export_grades(args.out, args.to)
     print(f"wrote {dest}", file=sys.stderr)
     return 0
+
+
+def _export_lms(args) -> int:
+    """An LMS import file; exit 1 when a graded submission has no roster row (its grade would not reach the LMS)."""
+    from .results.lms import ExportError, export_lms, shown
+
+    if args.roster is None:
+        raise _UsageError(f"--format {args.format} needs --roster: the gradebook CSV exported from the LMS")
+    with _usage_errors(FileNotFoundError, ExportError):
+        report = export_lms(args.out, args.format, args.roster, args.to, match=args.match, mapping=args.mapping,
+                            column=args.column)
+    print(f"wrote {report.dest}: {len(report.written)} score(s) in column {shown(report.column)}", file=sys.stderr)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if report.no_submission:
+        print(f"{len(report.no_submission)} roster student(s) with no graded submission (cell left as it was): "
+              + ", ".join(map(shown, report.no_submission)), file=sys.stderr)
+    if report.no_roster_row:
+        print(f"{len(report.no_roster_row)} graded submission(s) with no roster row (not in the file): "
+              + ", ".join(map(shown, report.no_roster_row)) + "; match them with --mapping FILE", file=sys.stderr)
+    return 1 if report.no_roster_row else 0
 
 
 def _cells(args) -> int:

@@ -82,3 +82,14 @@ def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[l
                              "max_score": float(sub.max_score or 0.0), "raw_score": raw, "late_penalty": penalty})
     return rows, test_max, by_hand
 
+
+
+def class_rows(db_url: str) -> tuple[list[str], list[str], list[dict]]:
+    """(the students, the notebooks, :func:`read_rows`'s rows) of every student the gradebook holds: what an
+    export reads after grading, hand-graded points included."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        students = sorted(s.id for s in gb.students)
+        notebooks = [n.name for n in gb.find_assignment(ASSIGNMENT).notebooks]
+    return students, notebooks, read_rows(db_url, students, notebooks)[0]

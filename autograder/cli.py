@@ -104,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "as a notebook, to copy into its solutions/ notebook")
     c.add_argument("exercise", help="its id in labutils/exercises.py, e.g. scheduler")
 
+    gs = sub.add_parser("gradescope", help="build the zip a Gradescope 'Autograder' assignment takes (setup.sh, "
+                        "run_autograder, the grader, the assignment's source, the data)")
+    gs.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. autograder.zip")
+    gs.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
+    gs.add_argument("--no-data", action="store_true", help="leave the dataset out (the container then downloads it)")
+    gr = sub.add_parser("gradescope-run", help="what run_autograder runs inside Gradescope: grade ROOT/submission, "
+                        "write ROOT/results/results.json")
+    gr.add_argument("--root", dest="gradescope_root", type=Path, help="Gradescope's folder (default: "
+                    "$GRADESCOPE_ROOT or /autograder)")
+    gr.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
+
     h = sub.add_parser("handout", help="zip what students receive: notebooks/, labutils without the reference loop")
     h.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. dist/loop_lab.zip")
     return parser
@@ -207,7 +218,25 @@ def _handout(args) -> int:
     return 0
 
 
-_COMMANDS = {"release": _release, "grade": _grade, "export": _export, "cells": _cells, "handout": _handout}
+def _gradescope(args) -> int:
+    from .gradescope import build_zip
+
+    with _usage_errors(FileNotFoundError):
+        names = build_zip(args.out, args.root, args.source, data=not args.no_data)
+    data = "with" if any(n.startswith("data/") for n in names) else "without"
+    print(f"wrote {args.out} ({len(names)} files, {data} the dataset): upload it as the autograder of a Gradescope "
+          "'Programming Assignment'", file=sys.stderr)
+    return 0
+
+
+def _gradescope_run(args) -> int:
+    from .gradescope import layout_from_env, run
+
+    return run(layout_from_env(args.gradescope_root), args.source)
+
+
+_COMMANDS = {"release": _release, "grade": _grade, "export": _export, "cells": _cells, "handout": _handout,
+             "gradescope": _gradescope, "gradescope-run": _gradescope_run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ import io
 import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -162,6 +161,10 @@ def _policy(table: dict, where: str) -> Policy:
 def read_deadlines(path: Path) -> tuple[Deadlines, ZoneInfo]:
     """``deadlines.toml`` (see the module's docstring) and its timezone (the extensions' too);
     :class:`LateConfigError` naming what to fix."""
+    try:
+        import tomllib  # Python 3.11+; imported here so that grading without deadlines runs on 3.10
+    except ImportError:
+        raise LateConfigError("deadlines files need Python 3.11 or later (tomllib)") from None
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -167,14 +167,15 @@ def _grade(args) -> int:
 
 def _export(args) -> int:
     from .course.formgrader import export_grades
-    from .results.lms import ExportError, course_totals
+    from .results.gradebook import refresh_penalties
+    from .results.lms import ExportError
 
     if args.format != "nbgrader":
         return _export_lms(args)
     if args.roster or args.match or args.mapping or args.column:
         raise _UsageError("--roster, --match, --mapping and --column go with --format canvas or moodle")
     with _usage_errors(FileNotFoundError, ExportError):
-        course_totals(args.out)  # late penalties recomputed from the current scores first
+        refresh_penalties(args.out)  # from the current scores: a hand grade given since grading counts
         dest = export_grades(args.out, args.to)
     print(f"wrote {dest}", file=sys.stderr)
     return 0

@@ -332,6 +332,9 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     t0 = time.monotonic()
     gradebook.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
     lateness = _lateness(the_plan)
+    for note in late.unknown_names(the_plan.deadlines, the_plan.students, the_plan.notebooks) \
+            if the_plan.deadlines else []:
+        (say or log)(f"WARNING: {note}")
     gradebook.store_penalties(the_plan.db_url, the_plan.students, the_plan.notebooks, lateness)
     late.save(out, None if lateness is None else list(lateness.values()))
     timings["store_s"] = time.monotonic() - t0

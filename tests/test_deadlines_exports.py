@@ -103,10 +103,16 @@ def test_rerun_and_regrade_recompute_never_double(course):
     assert proc.returncode == 0 and "4 task(s) reused" in proc.stderr, proc.stderr[-2000:]
     late = rows(out)["late"]
     assert (late["score"], late["raw_score"], late["late_penalty"]) == ("4", "5", "1")  # the hand grade counts once
+    cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
+    exported = {r["SIS Login ID"]: r["Loop Lab (4242)"] for r in build.read_csv(out / "canvas_import.csv")[1:]}
+    assert {s: r["score"] for s, r in rows(out).items() if s in exported} == \
+        {s: v for s, v in exported.items() if v}  # every score the LMS gets is grades.csv's
     (tmp / "ext2.csv").write_text("student,notebook,until\nextended,,+48h\nlate,00_toy,2026-03-03T00:00\n")
+    (tmp / "ext2.csv").write_text((tmp / "ext2.csv").read_text() + "lat,,+1d\n")  # a typo: warned, not fatal
     proc = cli(*course["grade"], "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "ext2.csv",
                "--regrade", "late")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "WARNING: extensions.csv names student 'lat', who has no submission" in proc.stderr
     got = rows(out)
     assert (got["late"]["score"], got["late"]["late_penalty"]) == ("5", "0")  # extended: no penalty now
     assert (got["notime"]["score"], got["notime"]["late_penalty"]) == ("0", "3")

@@ -130,3 +130,13 @@ def test_grade_with_a_malformed_extensions_file_exits_2_before_grading(tmp_path)
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in proc.stderr
     assert "e.csv line 2: 'soon' is not a date-time" in proc.stderr
     assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_unknown_names_in_the_instructors_files_are_warned():
+    course = Deadlines(deadline=DUE, notebooks={"O8_stretch": DUE, "01": DUE},
+                       extensions=[Extension("bobb", None, extra=timedelta(hours=1)),
+                                   Extension("alice", "99_nope", extra=timedelta(hours=1))])
+    assert late.unknown_names(course, ["alice", "bob"], ["01", "08_stretch"]) == [
+        "deadlines.toml [notebooks] names 'O8_stretch', not a notebook of the assignment (01, 08_stretch)",
+        "extensions.csv names student 'bobb', who has no submission: check the spelling",
+        "extensions.csv names notebook '99_nope' for 'alice': not a notebook of the assignment"]

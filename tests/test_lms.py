@@ -87,3 +87,10 @@ def test_roster_without_the_assignment_or_key_column(tmp_path):
     bad.write_text("folder,student number\nx,1\n")
     with pytest.raises(ExportError, match="header must be submission,<a roster column>"):
         fill("moodle", "moodle_roster.csv", tmp_path, mapping=bad)
+
+
+def test_unknown_format_and_missing_roster_say_what_to_fix(tmp_path):
+    with pytest.raises(ExportError, match="unknown format 'blackboard': use one of canvas, moodle"):
+        lms.export_lms(tmp_path, "blackboard", GOLDEN / "canvas_roster.csv")
+    with pytest.raises(ExportError, match="cannot be read.*download the gradebook CSV"):
+        lms.read_roster(tmp_path / "nope.csv")

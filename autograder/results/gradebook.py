@@ -7,7 +7,7 @@ from autograder.course.cells import in_cell_order
 from autograder.layout import ASSIGNMENT
 
 from .journal import kill_point
-from .late import Lateness, penalty_points
+from .late import Lateness, penalty_points, read_saved
 
 
 def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
@@ -93,3 +93,17 @@ def class_rows(db_url: str) -> tuple[list[str], list[str], list[dict]]:
         students = sorted(s.id for s in gb.students)
         notebooks = [n.name for n in gb.find_assignment(ASSIGNMENT).notebooks]
     return students, notebooks, read_rows(db_url, students, notebooks)[0]
+
+
+def refresh_penalties(out) -> str:
+    """Recompute the late penalties of the course ``grade`` left in ``out`` from its lateness (``.lateness.json``)
+    and the gradebook's current scores (a hand grade given since counts); its gradebook URL. What every export does
+    first."""
+    from autograder.course.formgrader import load_config
+    from autograder.course.nbgrader_setup import database_url, prepare_tools
+
+    prepare_tools()
+    db_url = database_url(load_config(out).CourseDirectory.db_url)
+    students, notebooks, _ = class_rows(db_url)
+    store_penalties(db_url, students, notebooks, read_saved(out))
+    return db_url

@@ -259,6 +259,19 @@ def assess(course: Deadlines, student: str, handed_in: dict[str, tuple[datetime,
     return out
 
 
+def unknown_names(course: Deadlines, students: list[str], notebooks: list[str]) -> list[str]:
+    """A line per name in the instructor's files that matches nothing graded (most often a typo, which would
+    otherwise silently leave a student late or a notebook on the assignment's deadline)."""
+    lines = [f"{DEADLINES_NAME} [notebooks] names {nb!r}, not a notebook of the assignment ({', '.join(notebooks)})"
+             for nb in sorted(course.notebooks) if nb not in notebooks]
+    lines += [f"{EXTENSIONS_NAME} names student {s!r}, who has no submission: check the spelling"
+              for s in sorted({e.student for e in course.extensions} - set(students))]
+    lines += [f"{EXTENSIONS_NAME} names notebook {nb!r} for {s!r}: not a notebook of the assignment"
+              for s, nb in sorted({(e.student, e.notebook) for e in course.extensions if e.notebook})
+              if nb not in notebooks]
+    return lines
+
+
 def save(out: Path, lateness: list[Lateness] | None) -> None:
     """OUT/.lateness.json: every task's lateness, for the exports (removed when the course has no deadline)."""
     from .journal import write_atomically

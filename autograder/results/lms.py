@@ -215,17 +215,9 @@ def _check_points(roster: Roster, lms: LmsFormat, at: int, totals: list[StudentT
 def course_totals(out: Path) -> list[StudentTotal]:
     """Every graded student's total in the course ``grade`` left in ``out``: the late penalties recomputed first
     from OUT's lateness and the gradebook's current scores (a hand grade given since counts), then read back."""
-    from autograder.course.formgrader import load_config
-    from autograder.course.nbgrader_setup import database_url, prepare_tools
+    from .gradebook import class_rows, refresh_penalties
 
-    from . import late
-    from .gradebook import class_rows, store_penalties
-
-    prepare_tools()
-    db_url = database_url(load_config(out).CourseDirectory.db_url)
-    students, notebooks, _ = class_rows(db_url)
-    store_penalties(db_url, students, notebooks, late.read_saved(out))
-    _, _, rows = class_rows(db_url)
+    students, _, rows = class_rows(refresh_penalties(out))
     totals = {}
     for r in rows:
         t = totals.get(r["student"], StudentTotal(r["student"], 0.0, 0.0, 0.0, 0.0))

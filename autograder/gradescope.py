@@ -206,7 +206,7 @@ def run(layout: GradescopeLayout, source: Path | None = None) -> int:
         work = Path(tmp)
         try:
             result = grade(_submission_folder(layout, work), work / "out",
-                           GradeOptions(jobs=1, source=source), root=REPO_ROOT)
+                           GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source), root=REPO_ROOT)
             record = json.loads((result.out / f"{STUDENT}.json").read_text())
             log = (result.out / "grading.log").read_text(errors="replace")
         except Exception as exc:  # the student sees why, the instructor the traceback on stdout

@@ -114,7 +114,7 @@ class Lateness:
         ext = " (with your extension)" if self.extended else ""
         cost = ("it scores 0" if self.fraction >= 1 else
                 f"penalty: {self.fraction * 100:g}% of the notebook's points" if self.fraction else "no penalty")
-        return (f"Handed in {self.hours_late:g} h after the deadline {self.due}{ext}, by its {self.source}: {cost}.")
+        return f"Handed in {self.hours_late:g} h after the deadline ({self.due}{ext}; time from {self.source}): {cost}."
 
 
 def penalty_points(late: Lateness | None, raw: float, max_score: float) -> float:

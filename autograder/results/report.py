@@ -104,7 +104,7 @@ def style_feedback(path: Path) -> None:
 
 def late_line(path: Path, late: Lateness | None, penalty: float) -> None:
     """Put the notebook's lateness and penalty at the top of its feedback page (replaced, never added twice)."""
-    page = path.read_text(encoding="utf-8")
+    page = before = path.read_text(encoding="utf-8")
     start, end = '<p id="looplab-late"', "</p><!--looplab-late-->"
     if start in page:
         page = page[:page.index(start)] + page[page.index(end) + len(end):]
@@ -114,7 +114,8 @@ def late_line(path: Path, late: Lateness | None, penalty: float) -> None:
         line = (f'{start} style="font-weight:bold">{html.escape(text)} Points taken: {penalty:g}.'
                 f'{end}')
         page = page[:at] + line + page[at:]
-    write_atomically(path, page.encode("utf-8"))
+    if page != before:
+        write_atomically(path, page.encode("utf-8"))
 
 
 def grade_rows(rows: list[dict], lateness: dict | None) -> tuple[tuple[str, ...], list[dict]]:

@@ -88,11 +88,32 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write every student's total (autograded and hand-graded points) from the "
                        "nbgrader course grade left in OUT, with nbgrader's CSV export")
     e.add_argument("--out", type=Path, required=True, help="the folder `grade --out` wrote (the course)")
-    e.add_argument("--to", type=Path, help="the CSV to write (default: OUT/nbgrader_export.csv)")
+    e.add_argument("--to", type=Path, help="the CSV to write (default: OUT/nbgrader_export.csv, "
+                   "OUT/canvas_import.csv, OUT/moodle_import.csv)")
+    e.add_argument("--format", default="nbgrader", help="nbgrader (nbgrader's CSV), canvas or moodle (the LMS's "
+                   "gradebook CSV given as --roster, with the assignment's column filled; default: %(default)s)")
+    e.add_argument("--roster", type=Path, help="canvas/moodle: the gradebook CSV exported from the LMS")
+    e.add_argument("--match", help="canvas/moodle: the roster column that names the submission folders: "
+                   "canvas: login (SIS Login ID, default), sis-id, canvas-id; moodle: email (default), id-number")
+    e.add_argument("--mapping", type=Path, help="canvas/moodle: a CSV 'submission,<roster column>' pairing each "
+                   "submission folder with a roster value, instead of --match")
+    e.add_argument("--column", help="canvas/moodle: the roster's column to fill (default: the one named like "
+                   "'Loop Lab')")
 
     c = sub.add_parser("cells", help="print an exercise's graded cells (headings and test cells, hidden part included) "
                        "as a notebook, to copy into its solutions/ notebook")
     c.add_argument("exercise", help="its id in labutils/exercises.py, e.g. scheduler")
+
+    gs = sub.add_parser("gradescope", help="build the zip a Gradescope 'Autograder' assignment takes (setup.sh, "
+                        "run_autograder, the grader, the assignment's source, the data)")
+    gs.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. autograder.zip")
+    gs.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
+    gs.add_argument("--no-data", action="store_true", help="leave the dataset out (the container then downloads it)")
+    gr = sub.add_parser("gradescope-run", help="what run_autograder runs inside Gradescope: grade ROOT/submission, "
+                        "write ROOT/results/results.json")
+    gr.add_argument("--root", dest="gradescope_root", type=Path, help="Gradescope's folder (default: "
+                    "$GRADESCOPE_ROOT or /autograder)")
+    gr.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
 
     h = sub.add_parser("handout", help="zip what students receive: notebooks/, labutils without the reference loop")
     h.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. dist/loop_lab.zip")
@@ -135,21 +156,50 @@ def _grade(args) -> int:
     from .course.submissions import SubmissionsError
     from .grade import grade
     from .results.journal import OutLocked
+    from .results.late import LateConfigError
     from .run.pool import GradingSetupError
 
     options = grade_options(args, threads=1 if args.scheduler else None)  # one torch thread per Dask worker
-    with _usage_errors(SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked):
+    with _usage_errors(SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked, LateConfigError):
         result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
     return 0 if result.complete else 1
 
 
 def _export(args) -> int:
     from .course.formgrader import export_grades
+    from .results.gradebook import refresh_penalties
+    from .results.lms import ExportError
 
-    with _usage_errors(FileNotFoundError):
+    if args.format != "nbgrader":
+        return _export_lms(args)
+    if args.roster or args.match or args.mapping or args.column:
+        raise _UsageError("--roster, --match, --mapping and --column go with --format canvas or moodle")
+    with _usage_errors(FileNotFoundError, ExportError):
+        refresh_penalties(args.out)  # from the current scores: a hand grade given since grading counts
         dest = export_grades(args.out, args.to)
     print(f"wrote {dest}", file=sys.stderr)
     return 0
+
+
+def _export_lms(args) -> int:
+    """An LMS import file; exit 1 when a graded submission has no roster row (its grade would not reach the LMS)."""
+    from .results.lms import ExportError, export_lms, shown
+
+    if args.roster is None:
+        raise _UsageError(f"--format {args.format} needs --roster: the gradebook CSV exported from the LMS")
+    with _usage_errors(FileNotFoundError, ExportError):
+        report = export_lms(args.out, args.format, args.roster, args.to, match=args.match, mapping=args.mapping,
+                            column=args.column)
+    print(f"wrote {report.dest}: {len(report.written)} score(s) in column {shown(report.column)}", file=sys.stderr)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if report.no_submission:
+        print(f"{len(report.no_submission)} roster student(s) with no graded submission (cell left as it was): "
+              + ", ".join(map(shown, report.no_submission)), file=sys.stderr)
+    if report.no_roster_row:
+        print(f"{len(report.no_roster_row)} graded submission(s) with no roster row (not in the file): "
+              + ", ".join(map(shown, report.no_roster_row)) + "; match them with --mapping FILE", file=sys.stderr)
+    return 1 if report.no_roster_row else 0
 
 
 def _cells(args) -> int:
@@ -169,7 +219,25 @@ def _handout(args) -> int:
     return 0
 
 
-_COMMANDS = {"release": _release, "grade": _grade, "export": _export, "cells": _cells, "handout": _handout}
+def _gradescope(args) -> int:
+    from .gradescope import build_zip
+
+    with _usage_errors(FileNotFoundError):
+        names = build_zip(args.out, args.root, args.source, data=not args.no_data)
+    data = "with" if any(n.startswith("data/") for n in names) else "without"
+    print(f"wrote {args.out} ({len(names)} files, {data} the dataset): upload it as the autograder of a Gradescope "
+          "'Programming Assignment'", file=sys.stderr)
+    return 0
+
+
+def _gradescope_run(args) -> int:
+    from .gradescope import layout_from_env, run
+
+    return run(layout_from_env(args.gradescope_root), args.source)
+
+
+_COMMANDS = {"release": _release, "grade": _grade, "export": _export, "cells": _cells, "handout": _handout,
+             "gradescope": _gradescope, "gradescope-run": _gradescope_run}
 
 
 def main(argv: list[str] | None = None) -> int:

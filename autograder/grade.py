@@ -40,6 +40,8 @@ from .run import scratch
 from .run.pool import LocalExecutor
 from .sandbox.isolation import LAYERS
 from .results import journal
+from .results import late
+from .results.late import Deadlines, Lateness
 from .results.outcome import TaskOutcome
 
 if TYPE_CHECKING:
@@ -82,6 +84,12 @@ class GradeOptions:
     regrade: list[str] | None = field(default=None, metadata=_flag(  # None: reuse; []: regrade all; or these ids
         "--regrade", "grade again what OUT already holds: every task, or only these students' (default: a re-run "
         "grades only what is new or changed)", nargs="*", metavar="STUDENT"))
+    deadlines: Path | None = field(default=None, metadata=_flag(
+        "--deadlines", "deadlines.toml: the assignment's and each notebook's deadline and the late-penalty policy "
+        "(kept in OUT for re-runs and exports; docs/instructor.md)", type=Path, metavar="FILE"))
+    extensions: Path | None = field(default=None, metadata=_flag(
+        "--extensions", "extensions.csv: student,notebook,until rows moving a student's deadline", type=Path,
+        metavar="FILE"))
     require_isolation: bool = field(default=False, metadata=_flag(
         "--require-isolation", "refuse to grade when this machine does not allow every confinement layer ("
         + ", ".join(LAYERS) + ")"))
@@ -98,6 +106,7 @@ class ClassGrades:
     problems: list[str]
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)  # the parent's own steps, seconds
+    lateness: dict[tuple[str, str], Lateness] | None = None  # None: the course has no deadline
 
 
 def log(message: str) -> None:
@@ -137,6 +146,7 @@ class Plan:
     run: RunConfig  # the executor fills in where its zygote and data are
     timings: dict[str, float] = field(default_factory=dict)  # seconds of the parent's own steps
     refused: list[str] = field(default_factory=list)  # folders of SUBMISSIONS not graded, each with why
+    deadlines: Deadlines | None = None  # None: no deadline, no penalty
 
     @property
     def students(self) -> list[str]:
@@ -149,6 +159,11 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     opts = options or GradeOptions()
     started = time.monotonic()
     out_lock = journal.lock_out(Path(out).resolve())  # one run per OUT; held until this process ends
+    try:
+        deadlines = late.for_run(Path(out).resolve(), opts.deadlines, opts.extensions)  # a bad file stops us here
+    except BaseException:
+        out_lock.close()
+        raise
     prepare_tools()
     work, alive = scratch.new_work_folder()
     from .sandbox import policy
@@ -161,6 +176,7 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     try:
         executor.start(work)  # warm-up first: its imports run while this process builds the gradebook
         the_plan = plan(submissions, out, opts, source, work)
+        the_plan.deadlines = deadlines
         outcomes = dict(the_plan.decided)
         kept, reuse_notes = journal.Journal(the_plan.out), []
         keys = _reuse_kept(the_plan, kept, outcomes, opts, root, source, reuse_notes.append)
@@ -298,6 +314,17 @@ def _new_sqlite_file(db_url: str) -> Path | None:
     return None if path.exists() else path
 
 
+def _lateness(the_plan: Plan) -> dict[tuple[str, str], Lateness] | None:
+    """Each handed-in notebook's lateness (None without deadlines): nbgrader's timestamp.txt, else the file's time."""
+    if the_plan.deadlines is None:
+        return None
+    found = {}
+    for sub in the_plan.submissions:
+        times = late.handed_in(sub.extra_file(late.TIMESTAMP_FILE), sub.file_times)
+        found.update({(x.student, x.notebook): x for x in late.assess(the_plan.deadlines, sub.student, times)})
+    return found
+
+
 def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
             started: float, say=None) -> ClassGrades:
     """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
@@ -307,6 +334,12 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     timings = the_plan.timings
     t0 = time.monotonic()
     gradebook.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
+    lateness = _lateness(the_plan)
+    for note in late.unknown_names(the_plan.deadlines, the_plan.students, the_plan.notebooks) \
+            if the_plan.deadlines else []:
+        (say or log)(f"WARNING: {note}")
+    gradebook.store_penalties(the_plan.db_url, the_plan.students, the_plan.notebooks, lateness)
+    late.save(out, None if lateness is None else list(lateness.values()))
     timings["store_s"] = time.monotonic() - t0
     for outcome in outcomes.values():
         if outcome.feedback and Path(outcome.feedback).exists():
@@ -322,7 +355,7 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
                                  for o in outcomes.values() if o.status == "error"]
     result = ClassGrades(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,
                        student_notes={s.student: s.notes for s in the_plan.submissions}, complete=not problems,
-                       problems=problems, seconds=time.monotonic() - started, timings=timings)
+                       problems=problems, seconds=time.monotonic() - started, timings=timings, lateness=lateness)
     t0 = time.monotonic()
     report.write_all(result, the_plan.db_url)
     timings["reports_s"] = time.monotonic() - t0

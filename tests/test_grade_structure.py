@@ -23,7 +23,7 @@ pytestmark = pytest.mark.autograder
 # the folder names say the architecture: the course is built without running anything, student code runs only in
 # sandbox/, and run/ schedules tasks without knowing how results are written).
 FLOORS = [{"layout", "process"}, {"channel"}, {"course"}, {"hidden"}, {"sandbox"}, {"run"}, {"results"}, {"grade"},
-          {"cli"}]
+          {"gradescope"}, {"cli"}]
 
 
 def module_name(path: Path) -> str:

@@ -68,6 +68,12 @@ class Submission:
     unreadable: dict[str, str] = field(default_factory=dict)  # notebook id -> why it cannot be graded
     extra_files: list[dict] = field(default_factory=list)  # {"name": relative path, "path": the copy taken in}
     notes: list[str] = field(default_factory=list)
+    file_times: dict[str, float] = field(default_factory=dict)  # notebook id -> its mtime as handed in (lateness
+    #                                                             where there is no timestamp.txt)
+
+    def extra_file(self, name: str) -> str | None:
+        """The taken-in copy of the extra file ``name`` (e.g. nbgrader's timestamp.txt), if handed in."""
+        return next((e["path"] for e in self.extra_files if e["name"] == name), None)
 
 
 @dataclass
@@ -292,6 +298,8 @@ def _take_folder(sub: Submission, fd: int, notebook_ids: list[str], intake: Path
                 break
             try:
                 _take(sub, rel, dir_fd, intake, limits)
+                if notebook:
+                    sub.file_times[rel.stem] = st.st_mtime
             except (Refused, OSError) as exc:
                 if notebook:
                     sub.unreadable[rel.stem] = f"{rel} {_why(exc)}"
@@ -397,6 +405,7 @@ def _single(path: Path, notebook_ids: list[str], student: str | None, intake: Pa
     fd = os.open(path.parent, _FOLDER)
     try:
         _take(sub, Path(path.name), fd, intake / sub.student, limits)
+        sub.file_times[path.stem] = os.stat(path.name, dir_fd=fd, follow_symlinks=False).st_mtime
     except (Refused, OSError) as exc:
         sub.unreadable[path.stem] = f"{path.name} {_why(exc)}"
     finally:

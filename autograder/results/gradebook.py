@@ -7,6 +7,7 @@ from autograder.course.cells import in_cell_order
 from autograder.layout import ASSIGNMENT
 
 from .journal import kill_point
+from .late import Lateness, penalty_points, read_saved
 
 
 def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
@@ -36,8 +37,31 @@ def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], o
             kill_point("gradebook")  # a test's: one student committed, the others not yet
 
 
+def store_penalties(db_url: str, students: list[str], notebooks: list[str],
+                    lateness: dict[tuple[str, str], Lateness] | None) -> None:
+    """Set every submitted notebook's late penalty (nbgrader's ``late_submission_penalty``, in points) from its
+    lateness and the raw score the gradebook holds now (hand-graded points included), and each submission's
+    timestamp. Set, never added: a regrade, a re-run or an export after grading by hand recomputes the same value;
+    without deadlines every penalty is 0. nbgrader's own export and formgrader then show it too."""
+    from datetime import datetime
+
+    from nbgrader.api import Gradebook
+
+    lateness = lateness or {}
+    with Gradebook(db_url) as gb:
+        for student in students:
+            submission = gb.find_submission(ASSIGNMENT, student)
+            times = [lateness[(student, nb)].submitted for nb in notebooks if (student, nb) in lateness]
+            submission.timestamp = datetime.fromisoformat(max(times)).replace(tzinfo=None) if times else None
+            for nb in notebooks:
+                sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                sub.late_submission_penalty = penalty_points(lateness.get((student, nb)), float(sub.score or 0.0),
+                                                             float(sub.max_score or 0.0))
+        gb.db.commit()
+
+
 def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict, dict]:
-    """(CSV rows, {(notebook, test): (max points, graded by hand?)} in cell order, {(student, notebook, test): the
+    """(CSV rows (score: after the late penalty; raw_score, late_penalty), {(notebook, test): (max points, graded by hand?)} in cell order, {(student, notebook, test): the
     score given by hand in formgrader}) read back from the gradebook."""
     from nbgrader.api import Gradebook
 
@@ -53,7 +77,33 @@ def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[l
                 sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
                 by_hand.update({(student, nb, g.name): float(g.manual_score) for g in sub.grades
                                 if g.manual_score is not None})
-                rows.append({"student": student, "notebook": nb, "score": float(sub.score or 0.0),
-                             "max_score": float(sub.max_score or 0.0)})
+                raw, penalty = float(sub.score or 0.0), float(sub.late_submission_penalty or 0.0)
+                rows.append({"student": student, "notebook": nb, "score": max(0.0, raw - penalty),
+                             "max_score": float(sub.max_score or 0.0), "raw_score": raw, "late_penalty": penalty})
     return rows, test_max, by_hand
 
+
+
+def class_rows(db_url: str) -> tuple[list[str], list[str], list[dict]]:
+    """(the students, the notebooks, :func:`read_rows`'s rows) of every student the gradebook holds: what an
+    export reads after grading, hand-graded points included."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        students = sorted(s.id for s in gb.students)
+        notebooks = [n.name for n in gb.find_assignment(ASSIGNMENT).notebooks]
+    return students, notebooks, read_rows(db_url, students, notebooks)[0]
+
+
+def refresh_penalties(out) -> str:
+    """Recompute the late penalties of the course ``grade`` left in ``out`` from its lateness (``.lateness.json``)
+    and the gradebook's current scores (a hand grade given since counts); its gradebook URL. What every export does
+    first."""
+    from autograder.course.formgrader import load_config
+    from autograder.course.nbgrader_setup import database_url, prepare_tools
+
+    prepare_tools()
+    db_url = database_url(load_config(out).CourseDirectory.db_url)
+    students, notebooks, _ = class_rows(db_url)
+    store_penalties(db_url, students, notebooks, read_saved(out))
+    return db_url

@@ -3,8 +3,8 @@ and the styled feedback pages; then the class summary (:mod:`.summary`)."""
 
 from __future__ import annotations
 
-import csv
-import io
+import dataclasses
+import html
 import json
 from pathlib import Path
 
@@ -13,9 +13,12 @@ from labutils.atomic import write_atomically
 from autograder.layout import ASSIGNMENT
 
 from .gradebook import read_rows
+from .late import Lateness
 from .summary import write_summary
+from .tabular import csv_text
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
+LATE_FIELDS = ("raw_score", "late_penalty", "hours_late", "submitted", "time_source")  # with deadlines only
 
 
 def _num(x) -> float | int:
@@ -23,8 +26,10 @@ def _num(x) -> float | int:
     return int(x) if x.is_integer() else round(x, 4)
 
 
-def student_record(result, student: str, test_max: dict, by_hand: dict | None = None) -> dict:
-    """Everything one student gets back in machine-readable form; a score given by hand replaces the cell's."""
+def student_record(result, student: str, test_max: dict, by_hand: dict | None = None,
+                   penalties: dict | None = None) -> dict:
+    """Everything one student gets back in machine-readable form; a score given by hand replaces the cell's, and a
+    late penalty (``penalties``: the gradebook's points per (student, notebook)) is taken from the notebook's score."""
     tests, notebooks = [], {}
     for nb in result.notebooks:
         outcome = result.outcomes[(student, nb)]
@@ -56,9 +61,15 @@ def student_record(result, student: str, test_max: dict, by_hand: dict | None = 
                 "message": message,
             })
         nb_tests = [t for t in tests if t["notebook"] == nb]
+        raw = sum(t["points"] for t in nb_tests)
+        penalty = (penalties or {}).get((student, nb), 0.0)
+        late = (result.lateness or {}).get((student, nb))
         notebooks[nb] = {
             "status": outcome.status,
-            "score": _num(sum(t["points"] for t in nb_tests)),
+            "score": _num(max(0.0, raw - penalty)),
+            "raw_score": _num(raw),
+            "late_penalty": _num(penalty),
+            "late": dataclasses.asdict(late) if late else None,
             "max_score": _num(sum(t["max_points"] for t in nb_tests)),
             "seconds": outcome.seconds,
             "timings": outcome.timings,
@@ -68,7 +79,9 @@ def student_record(result, student: str, test_max: dict, by_hand: dict | None = 
     return {
         "student": student,
         "assignment": ASSIGNMENT,
-        "score": _num(sum(t["points"] for t in tests)),
+        "score": _num(sum(n["score"] for n in notebooks.values())),
+        "raw_score": _num(sum(t["points"] for t in tests)),
+        "late_penalty": _num(sum(n["late_penalty"] for n in notebooks.values())),
         "max_score": _num(sum(t["max_points"] for t in tests)),
         "graded": all(result.outcomes[(student, nb)].status != "error" for nb in result.notebooks),
         "notes": result.student_notes.get(student, []),
@@ -90,19 +103,48 @@ def style_feedback(path: Path) -> None:
         write_atomically(path, html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1).encode("utf-8"))
 
 
+def late_line(path: Path, late: Lateness | None, penalty: float) -> None:
+    """Put the notebook's lateness and penalty at the top of its feedback page (replaced, never added twice)."""
+    page = before = path.read_text(encoding="utf-8")
+    start, end = '<p id="looplab-late"', "</p><!--looplab-late-->"
+    if start in page:
+        page = page[:page.index(start)] + page[page.index(end) + len(end):]
+    text = late.describe() if late else ""
+    if text and "<body" in page:
+        at = page.index(">", page.index("<body")) + 1
+        line = (f'{start} style="font-weight:bold">{html.escape(text)} Points taken: {penalty:g}.'
+                f'{end}')
+        page = page[:at] + line + page[at:]
+    if page != before:
+        write_atomically(path, page.encode("utf-8"))
+
+
+def grade_rows(rows: list[dict], lateness: dict | None) -> tuple[tuple[str, ...], list[dict]]:
+    """grades.csv's columns and rows: the late columns only when the course has deadlines."""
+    if lateness is None:
+        return CSV_FIELDS, [{k: _num(r[k]) if k.endswith("score") else r[k] for k in CSV_FIELDS} for r in rows]
+    out = []
+    for r in rows:
+        late = lateness.get((r["student"], r["notebook"]))
+        out.append({**{k: _num(r[k]) if k.endswith("score") else r[k] for k in CSV_FIELDS},
+                    "raw_score": _num(r["raw_score"]), "late_penalty": _num(r["late_penalty"]),
+                    "hours_late": late.hours_late if late else "", "submitted": late.submitted if late else "",
+                    "time_source": late.source if late else ""})
+    return CSV_FIELDS + LATE_FIELDS, out
+
+
 def write_all(result, db_url: str) -> None:
     out = result.out
+    rows, test_max, by_hand = read_rows(db_url, result.students, result.notebooks)
+    penalties = {(r["student"], r["notebook"]): r["late_penalty"] for r in rows}
     for outcome in result.outcomes.values():
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))
-    rows, test_max, by_hand = read_rows(db_url, result.students, result.notebooks)
-    rows = [dict(row, score=_num(row["score"]), max_score=_num(row["max_score"])) for row in rows]
-    table = io.StringIO(newline="")
-    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomically(out / "grades.csv", table.getvalue().encode())  # a reader never sees half a file
-    records = [student_record(result, s, test_max, by_hand) for s in result.students]
+            key = (outcome.student, outcome.notebook)
+            late_line(Path(outcome.feedback), (result.lateness or {}).get(key), penalties.get(key, 0.0))
+    fields, table = grade_rows(rows, result.lateness)
+    write_atomically(out / "grades.csv", csv_text(fields, table).encode())  # a reader never sees half a file
+    records = [student_record(result, s, test_max, by_hand, penalties) for s in result.students]
     for rec in records:
         write_atomically(out / f"{rec['student']}.json", (json.dumps(rec, indent=1) + "\n").encode())
     write_summary(out, records, test_max, result)

@@ -1,0 +1,310 @@
+"""Deadlines, extensions and late penalties: when each notebook was due for each student, when it was handed in,
+and what share of its points lateness costs.
+
+Why here, and why this shape: nbgrader records a submission time (``timestamp.txt``) but ``grade`` knew no deadline,
+so a late notebook scored like an early one and the instructor fixed it by hand after every regrade. The penalty is
+therefore never folded into a score: it is kept apart as the share of the notebook's points it takes away
+(:attr:`Lateness.fraction`), and each writer (gradebook, grades.csv, JSON, feedback, exports) derives the points from
+the raw score it reads at that moment (:func:`penalty_points`). A regrade or a re-run recomputes it from the same
+facts; nothing is ever subtracted twice.
+
+The instructor writes two small files (``docs/instructor.md``):
+
+- ``deadlines.toml``: the assignment's deadline, per-notebook deadlines, the timezone of those written without an
+  offset, and the ``[penalty]`` policy (:class:`Policy`);
+- ``extensions.csv``: ``student,notebook,until`` rows (notebook blank: every notebook; until: a date-time or ``+48h``
+  / ``+2d`` after the deadline).
+
+``grade --deadlines FILE [--extensions FILE]`` copies them into OUT (:data:`DEADLINES_NAME`, :data:`EXTENSIONS_NAME`)
+so that a re-run and every export use the same ones, and writes each task's :class:`Lateness` to :data:`LATE_NAME`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from labutils.atomic import write_atomically
+
+DEADLINES_NAME = "deadlines.toml"
+EXTENSIONS_NAME = "extensions.csv"
+LATE_NAME = ".lateness.json"  # a dot: no student id starts with one, and OUT/<student>.json are the students'
+TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's submission time, beside the notebooks
+FROM_TIMESTAMP = "timestamp.txt"
+FROM_FILE_TIME = "file time (no timestamp.txt)"
+PER = {"none": None, "hour": 3600.0, "day": 86400.0}  # a started hour/day counts whole, as Canvas counts days
+
+
+class LateConfigError(ValueError):
+    """A deadlines or extensions file that cannot be read as written; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What lateness costs, as a share of the notebook's points (independent of what the student scored)."""
+
+    per: str = "none"  # "none", "hour" or "day": the unit the penalty grows by
+    percent: float = 0.0  # of the notebook's points, per started unit late
+    floor: float = 0.0  # the penalty stops growing once a late notebook could keep only this percent of its points
+    cutoff_hours: float | None = None  # later than this after the deadline: the notebook scores 0 (None: never)
+
+    def fraction(self, late_s: float) -> float:
+        """The share of the notebook's points lost for handing it in ``late_s`` seconds after its deadline."""
+        if late_s <= 0:
+            return 0.0
+        if self.cutoff_hours is not None and late_s > self.cutoff_hours * 3600:
+            return 1.0
+        unit = PER[self.per]
+        if unit is None:
+            return 0.0
+        lost = self.percent / 100 * math.ceil(late_s / unit)
+        return round(min(lost, 1 - self.floor / 100), 6)
+
+
+@dataclass(frozen=True)
+class Extension:
+    student: str
+    notebook: str | None  # None: every notebook
+    until: datetime | None = None  # a new deadline, or
+    extra: timedelta | None = None  # this much after the usual one
+
+
+@dataclass
+class Deadlines:
+    """The course's deadlines (``deadlines.toml``) and the students' extensions (``extensions.csv``)."""
+
+    deadline: datetime | None = None  # every notebook's unless named in ``notebooks``
+    notebooks: dict[str, datetime] = field(default_factory=dict)
+    policy: Policy = Policy()
+    extensions: list[Extension] = field(default_factory=list)
+
+    def due(self, student: str, notebook: str) -> tuple[datetime | None, bool]:
+        """(when ``student``'s ``notebook`` is due, extensions applied; whether an extension moved it)."""
+        due = self.notebooks.get(notebook, self.deadline)
+        found = [e for e in self.extensions if e.student == student and e.notebook in (None, notebook)]
+        if due is None or not found:
+            return due, False
+        ext = sorted(found, key=lambda e: e.notebook is None)[0]  # one naming the notebook beats a blanket one
+        return (ext.until if ext.until is not None else due + ext.extra), True
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """One (student, notebook): when it was handed in, when it was due, and the share of its points lateness costs."""
+
+    student: str
+    notebook: str
+    submitted: str | None  # ISO 8601, UTC
+    source: str  # FROM_TIMESTAMP or FROM_FILE_TIME
+    due: str | None  # ISO 8601, UTC, extension applied
+    extended: bool
+    hours_late: float
+    fraction: float  # of the notebook's points
+
+    def describe(self) -> str:
+        """One sentence for the student's JSON and feedback page (facts stay in the fields)."""
+        if self.hours_late <= 0:
+            return ""
+        ext = " (with your extension)" if self.extended else ""
+        cost = ("it scores 0" if self.fraction >= 1 else
+                f"penalty: {self.fraction * 100:g}% of the notebook's points" if self.fraction else "no penalty")
+        return f"Handed in {self.hours_late:g} h after the deadline ({self.due}{ext}; time from {self.source}): {cost}."
+
+
+def penalty_points(late: Lateness | None, raw: float, max_score: float) -> float:
+    """Points lateness takes from a notebook that earned ``raw`` of ``max_score``: never more than it earned."""
+    if late is None or late.fraction <= 0:
+        return 0.0
+    return round(min(raw, late.fraction * max_score), 4)
+
+
+# --- reading the instructor's files ------------------------------------------------------------------------------------
+
+_DEADLINE_KEYS = {"timezone", "deadline", "notebooks", "penalty"}
+_EXTRA = re.compile(r"^\+\s*(\d+(?:\.\d+)?)\s*([hd])$")
+
+
+def _when(text, zone: ZoneInfo, where: str) -> datetime:
+    """A date-time as written by the instructor (ISO 8601; no offset: ``zone``), in UTC."""
+    if isinstance(text, datetime):
+        value = text
+    else:
+        try:
+            value = datetime.fromisoformat(str(text).strip())
+        except ValueError:
+            raise LateConfigError(f"{where}: {text!r} is not a date-time: write it as 2026-03-01T23:59 "
+                                  "(or with an offset, 2026-03-01T23:59+01:00)") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=zone)
+    return value.astimezone(timezone.utc)
+
+
+def _policy(table: dict, where: str) -> Policy:
+    known = {f.name for f in dataclasses.fields(Policy)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise LateConfigError(f"{where} [penalty]: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
+    policy = Policy(**table)
+    if policy.per not in PER:
+        raise LateConfigError(f"{where} [penalty]: per = {policy.per!r}; use one of {', '.join(PER)}")
+    if not 0 <= policy.floor <= 100 or policy.percent < 0:
+        raise LateConfigError(f"{where} [penalty]: percent must be >= 0 and floor between 0 and 100")
+    return policy
+
+
+def read_deadlines(path: Path) -> tuple[Deadlines, ZoneInfo]:
+    """``deadlines.toml`` (see the module's docstring) and its timezone (the extensions' too);
+    :class:`LateConfigError` naming what to fix."""
+    try:
+        import tomllib  # Python 3.11+; imported here so that grading without deadlines runs on 3.10
+    except ImportError:
+        raise LateConfigError("deadlines files need Python 3.11 or later (tomllib)") from None
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise LateConfigError(f"{path}: cannot be read as TOML ({exc}); see docs/instructor.md for its format") from None
+    unknown = sorted(set(data) - _DEADLINE_KEYS)
+    if unknown:
+        raise LateConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(_DEADLINE_KEYS))}")
+    try:
+        zone = ZoneInfo(data.get("timezone", "UTC"))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise LateConfigError(f"{path}: timezone {data.get('timezone')!r} is unknown; use a name such as "
+                              "Europe/Berlin or UTC") from None
+    try:
+        policy = _policy(data.get("penalty", {}), str(path))
+    except TypeError as exc:
+        raise LateConfigError(f"{path} [penalty]: {exc}") from None
+    return Deadlines(deadline=_when(data["deadline"], zone, str(path)) if "deadline" in data else None,
+                     notebooks={nb: _when(v, zone, f"{path} [notebooks] {nb}")
+                                for nb, v in data.get("notebooks", {}).items()},
+                     policy=policy), zone
+
+
+def read_extensions(path: Path, zone: ZoneInfo) -> list[Extension]:
+    """``extensions.csv``: ``student,notebook,until`` (see the module's docstring)."""
+    try:
+        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"))))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LateConfigError(f"{path}: cannot be read ({exc})") from None
+    if rows and not {"student", "until"} <= set(rows[0]):
+        raise LateConfigError(f"{path}: the header must be student,notebook,until (found {','.join(rows[0])})")
+    out = []
+    for line, row in enumerate(rows, start=2):
+        where = f"{path} line {line}"
+        student, until = (row.get("student") or "").strip(), (row.get("until") or "").strip()
+        if not student or not until:
+            raise LateConfigError(f"{where}: a student and an until (a date-time, or +48h / +2d) are needed")
+        extra = _EXTRA.match(until)
+        notebook = (row.get("notebook") or "").strip() or None
+        if extra:
+            amount = float(extra.group(1))
+            out.append(Extension(student, notebook, extra=timedelta(hours=amount * (24 if extra.group(2) == "d" else 1))))
+        else:
+            out.append(Extension(student, notebook, until=_when(until, zone, where)))
+    return out
+
+
+def load(deadlines: Path | None, extensions: Path | None = None) -> Deadlines | None:
+    """The course's deadlines with their extensions; None when there is no deadlines file (no deadline at all)."""
+    if deadlines is None:
+        if extensions is not None:
+            raise LateConfigError("--extensions needs --deadlines (an extension moves a deadline)")
+        return None
+    found, zone = read_deadlines(deadlines)
+    if extensions is not None:
+        found.extensions = read_extensions(extensions, zone)
+    return found
+
+
+# --- when each notebook was handed in ----------------------------------------------------------------------------------
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """nbgrader's ``timestamp.txt`` (``2026-03-01 12:00:00.000000 UTC``, or any ISO date-time) in UTC; None if not
+    one."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        return parse_utc(text.strip()).replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError, TypeError):
+        return None
+
+
+def handed_in(timestamp_file: str | None, file_times: dict[str, float]) -> dict[str, tuple[datetime, str]]:
+    """When each notebook was handed in: nbgrader's ``timestamp.txt`` (the path of its copy) for all of them, else
+    each notebook file's own modification time (said so in the source)."""
+    if timestamp_file:
+        when = parse_timestamp(Path(timestamp_file).read_text(encoding="utf-8", errors="replace"))
+        if when is not None:
+            return {nb: (when, FROM_TIMESTAMP) for nb in file_times}
+    return {nb: (datetime.fromtimestamp(t, timezone.utc), FROM_FILE_TIME) for nb, t in file_times.items()}
+
+
+def assess(course: Deadlines, student: str, handed_in: dict[str, tuple[datetime, str]]) -> list[Lateness]:
+    """Each notebook ``student`` handed in ({notebook: (when, its source)}) against its deadline."""
+    out = []
+    for nb, (when, source) in sorted(handed_in.items()):
+        due, extended = course.due(student, nb)
+        late_s = (when - due).total_seconds() if due is not None else 0.0
+        out.append(Lateness(student=student, notebook=nb, submitted=when.isoformat(), source=source,
+                            due=due.isoformat() if due else None, extended=extended,
+                            hours_late=round(max(0.0, late_s) / 3600, 2), fraction=course.policy.fraction(late_s)))
+    return out
+
+
+def unknown_names(course: Deadlines, students: list[str], notebooks: list[str]) -> list[str]:
+    """A line per name in the instructor's files that matches nothing graded (most often a typo, which would
+    otherwise silently leave a student late or a notebook on the assignment's deadline)."""
+    lines = [f"{DEADLINES_NAME} [notebooks] names {nb!r}, not a notebook of the assignment ({', '.join(notebooks)})"
+             for nb in sorted(course.notebooks) if nb not in notebooks]
+    lines += [f"{EXTENSIONS_NAME} names student {s!r}, who has no submission: check the spelling"
+              for s in sorted({e.student for e in course.extensions} - set(students))]
+    lines += [f"{EXTENSIONS_NAME} names notebook {nb!r} for {s!r}: not a notebook of the assignment"
+              for s, nb in sorted({(e.student, e.notebook) for e in course.extensions if e.notebook})
+              if nb not in notebooks]
+    return lines
+
+
+def save(out: Path, lateness: list[Lateness] | None) -> None:
+    """OUT/.lateness.json: every task's lateness, for the exports (removed when the course has no deadline)."""
+    path = Path(out) / LATE_NAME
+    if lateness is None:
+        path.unlink(missing_ok=True)
+        return
+    write_atomically(path, (json.dumps([dataclasses.asdict(x) for x in lateness], indent=1) + "\n").encode())
+
+
+def read_saved(out: Path) -> dict[tuple[str, str], Lateness] | None:
+    """What :func:`save` wrote, by (student, notebook); None when the course has no deadline."""
+    path = Path(out) / LATE_NAME
+    if not path.exists():
+        return None
+    return {(x["student"], x["notebook"]): Lateness(**x) for x in json.loads(path.read_text())}
+
+
+def for_run(out: Path, deadlines: Path | None, extensions: Path | None) -> Deadlines | None:
+    """The deadlines a ``grade`` run into ``out`` applies: the files given (checked, then copied into OUT, replacing
+    its copies), else OUT's copies from an earlier run, else none. Read before anything is graded, so a malformed
+    file stops the run at once."""
+    out = Path(out)
+    if deadlines is None and extensions is None:
+        kept = out / DEADLINES_NAME
+        return load(kept, out / EXTENSIONS_NAME if (out / EXTENSIONS_NAME).exists() else None) if kept.exists() \
+            else None
+    found = load(deadlines, extensions)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomically(out / DEADLINES_NAME, Path(deadlines).read_bytes())
+    if extensions is None:
+        (out / EXTENSIONS_NAME).unlink(missing_ok=True)
+    else:
+        write_atomically(out / EXTENSIONS_NAME, Path(extensions).read_bytes())
+    return found

@@ -1,0 +1,122 @@
+"""The Gradescope autograder: the zip holds what Gradescope runs, and its run_autograder, run in an emulated
+Gradescope folder layout (its root moved with GRADESCOPE_ROOT), writes a results.json with Gradescope's documented
+fields for a correct, a stub and a one-mistake submission of the one-notebook toy assignment."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import gradescope
+
+try:
+    from autograder_cases import toy
+except ImportError:
+    from tests.autograder_cases import toy
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.autograder]
+
+# Gradescope's documented results.json fields (Autograder specifications: "Output format")
+TOP_FIELDS = {"score", "execution_time", "output", "output_format", "test_output_format", "test_name_format",
+              "visibility", "stdout_visibility", "extra_data", "tests", "leaderboard"}
+TEST_FIELDS = {"score", "max_score", "status", "name", "name_format", "number", "output", "output_format", "tags",
+               "visibility", "extra_data"}
+VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
+
+
+def validate(results: dict) -> None:
+    """Fail unless ``results`` is what Gradescope reads: known fields of the documented types."""
+    assert set(results) <= TOP_FIELDS, set(results) - TOP_FIELDS
+    assert isinstance(results["tests"], list) and isinstance(results.get("output", ""), str)
+    assert results.get("stdout_visibility", "hidden") in VISIBILITY
+    for test in results["tests"]:
+        assert set(test) <= TEST_FIELDS, set(test) - TEST_FIELDS
+        assert isinstance(test["name"], str) and isinstance(test["output"], str)
+        assert isinstance(test["score"], (int, float)) and isinstance(test["max_score"], (int, float))
+        assert 0 <= test["score"] <= test["max_score"]
+        assert test["status"] in ("passed", "failed") and test["visibility"] in VISIBILITY
+
+
+@pytest.fixture(scope="module")
+def unpacked(tmp_path_factory):
+    """Gradescope's /autograder, elsewhere: the zip unpacked into ROOT/source, as Gradescope does."""
+    tmp = tmp_path_factory.mktemp("gradescope")
+    zip_path = tmp / "autograder.zip"
+    proc = subprocess.run([sys.executable, "-m", "autograder", "gradescope", "--out", zip_path, "--source",
+                           toy.write_source(tmp / "source"), "--no-data"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    root = tmp / "autograder"
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(root / "source")
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    for name in ("setup.sh", "run_autograder"):  # zipfile.extractall drops modes; Gradescope's unzip keeps them
+        assert modes[name] & stat.S_IXUSR, name
+    return {"root": root, "names": set(modes)}
+
+
+def test_zip_holds_what_gradescope_runs(unpacked):
+    names = unpacked["names"]
+    assert {"setup.sh", "run_autograder", "loop-lab/pyproject.toml", "loop-lab/requirements.txt",
+            "loop-lab/autograder/gradescope.py", "loop-lab/labutils/reference/loop.py",
+            f"loop-lab/solutions/loop_lab/{toy.NOTEBOOK}.ipynb"} <= names
+    assert not any("__pycache__" in n for n in names) and not any(n.startswith("data/") for n in names)
+    run_autograder = (unpacked["root"] / "source" / "run_autograder").read_text()
+    assert "gradescope-run" in run_autograder and "GRADESCOPE_ROOT" in run_autograder
+
+
+def emulate(root: Path, body: str) -> dict:
+    """One Gradescope submission: the notebook in ROOT/submission, run_autograder, ROOT/results/results.json."""
+    for folder in ("submission", "results"):
+        subprocess.run(["rm", "-rf", root / folder], check=True)
+    (root / "submission").mkdir(parents=True)
+    import nbformat
+
+    nbformat.write(toy.notebook(body, "Because."), root / "submission" / f"{toy.NOTEBOOK}.ipynb")
+    env = dict(os.environ, GRADESCOPE_ROOT=str(root), LOOPLAB_PYTHON=sys.executable)
+    proc = subprocess.run(["bash", root / "source" / "run_autograder"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "student code confined" in proc.stdout  # the confinement the container allowed, for the instructor
+    results = json.loads((root / "results" / "results.json").read_text())
+    validate(results)
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, scores", [
+    (toy.CORRECT, {"test_add": 1, "test_add_hidden": 2}),
+    (toy.STUB, {"test_add": 0, "test_add_hidden": 0}),
+    (toy.ONE_MISTAKE, {"test_add": 1, "test_add_hidden": 0}),
+], ids=["correct", "stub", "one-mistake"])
+def test_run_autograder_writes_gradescope_results(unpacked, body, scores):
+    results = emulate(unpacked["root"], body)
+    tests = {t["name"].split(": ")[1]: t for t in results["tests"]}
+    assert {name: t["score"] for name, t in tests.items()} == scores  # the written answer is not a test
+    assert {name: t["max_score"] for name, t in tests.items()} == {"test_add": 1, "test_add_hidden": 2}
+    assert tests["test_add"]["visibility"] == "visible"
+    assert tests["test_add_hidden"]["visibility"] == "after_published"  # hidden: shown once scores are published
+    assert all((t["status"] == "passed") == (t["score"] == t["max_score"]) for t in tests.values())
+    if body == toy.ONE_MISTAKE:
+        assert "add(7, 3) should be 10" in tests["test_add_hidden"]["output"]  # the check's message
+    if body == toy.STUB:
+        assert "NotImplementedError" in tests["test_add"]["output"]
+    assert "Graded by hand on Gradescope: 00_toy: answer (2 points)" in results["output"]
+    assert "score" not in results  # Gradescope sums the tests
+
+
+def test_a_submission_that_cannot_be_graded_still_gets_results(tmp_path, monkeypatch):
+    layout = gradescope.GradescopeLayout(tmp_path)  # no submission folder at all
+    monkeypatch.setattr(gradescope, "grade", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no zygote")))
+    assert gradescope.run(layout, toy.write_source(tmp_path / "src")) == 1
+    results = json.loads(layout.results.read_text())
+    validate(results)
+    assert results["tests"] == [] and "could not grade this submission" in results["output"]

@@ -1,0 +1,96 @@
+"""LMS import files (autograder/results/lms.py) against golden files: realistic Canvas and Moodle gradebook exports
+(ids with leading zeros, names with commas and quotes, UTF-8 names, sections, a byte-order mark, a Points Possible
+row, a test student) filled from known totals; every other cell stays as the LMS wrote it; the unmatched are listed."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from autograder.results import lms
+from autograder.results.lms import ExportError, StudentTotal
+
+GOLDEN = Path(__file__).parent / "golden" / "lms"
+TOTALS = [StudentTotal("extended", 1, 1, 0, 5), StudentTotal("late", 3.5, 4.5, 1, 5),
+          StudentTotal("notime", 0, 3, 3, 5), StudentTotal("ontime", 5, 5, 0, 5)]
+
+
+def cells(path: Path) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"), newline="")))
+
+
+def fill(fmt: str, roster: str, tmp_path: Path, totals=TOTALS, **kw) -> lms.ExportReport:
+    return lms.fill(lms.read_roster(GOLDEN / roster), lms.FORMATS[fmt], totals, dest=tmp_path / "out.csv", **kw)
+
+
+def test_canvas_golden(tmp_path):
+    report = fill("canvas", "canvas_roster.csv", tmp_path)
+    assert (tmp_path / "out.csv").read_bytes() == (GOLDEN / "canvas_expected.csv").read_bytes()
+    assert report.column == "Loop Lab (12345)"
+    assert report.written == {"ontime": 5, "late": 3.5, "extended": 1}
+    assert report.no_submission == ["dropped", "row 7 (no SIS Login ID)"]  # listed, their cells left alone
+    assert report.no_roster_row == ["notime"]
+    assert report.notes == []  # Canvas's points possible (5.00) is the assignment's
+
+
+def test_canvas_changes_only_the_assignment_column(tmp_path):
+    fill("canvas", "canvas_roster.csv", tmp_path)
+    before, after = cells(GOLDEN / "canvas_roster.csv"), cells(tmp_path / "out.csv")
+    at = before[0].index("Loop Lab (12345)")
+    assert len(before) == len(after) and before[0] == after[0]
+    changed = {(i, j) for i, (a, b) in enumerate(zip(before, after)) for j in range(len(a)) if a[j] != b[j]}
+    assert changed == {(2, at), (3, at), (4, at)}
+    assert [row[2] for row in after[2:6]] == ["000123", "000456", "007890", "010001"]  # leading zeros kept
+    assert after[5][at] == "2.00"  # a student with no submission keeps the grade the LMS had
+    assert (tmp_path / "out.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # the BOM the LMS wrote
+
+
+def test_moodle_golden_by_email_and_by_mapping(tmp_path):
+    by_email = [StudentTotal("jane.doe@uni.example", 5, 5, 0, 5), StudentTotal("zoe@uni.example", 1, 1, 0, 5),
+                StudentTotal("ghost@uni.example", 2, 2, 0, 5)]
+    report = fill("moodle", "moodle_roster.csv", tmp_path, by_email)  # email matched whatever its case
+    assert (tmp_path / "out.csv").read_bytes() == (GOLDEN / "moodle_expected_email.csv").read_bytes()
+    assert report.column == "Assignment: Loop Lab (Real)"
+    assert report.no_submission == ["bob.obrien@uni.example", "jmueller@uni.example"]
+    assert report.no_roster_row == ["ghost@uni.example"]
+    report = fill("moodle", "moodle_roster.csv", tmp_path, mapping=GOLDEN / "moodle_mapping.csv")
+    assert (tmp_path / "out.csv").read_bytes() == (GOLDEN / "moodle_expected_mapping.csv").read_bytes()
+    assert report.written == {"ontime": 5, "late": 3.5, "extended": 1}
+    assert report.no_submission == ["010001"] and report.no_roster_row == ["notime"]
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"column": "Homework"}, "no column 'Homework'"),
+    ({"match": "email"}, "--match email is not one of canvas's"),
+    ({"match": "sis-id", "column": "Quiz 1 (12346)"}, None),
+])
+def test_canvas_bad_options_say_what_to_fix(tmp_path, kwargs, says):
+    if says is None:
+        assert fill("canvas", "canvas_roster.csv", tmp_path, **kwargs).written == {}  # sis ids are not folders
+        return
+    with pytest.raises(ExportError, match=says):
+        fill("canvas", "canvas_roster.csv", tmp_path, **kwargs)
+
+
+def test_roster_without_the_assignment_or_key_column(tmp_path):
+    roster = tmp_path / "r.csv"
+    roster.write_text("Student,ID,SIS Login ID,Quiz 1 (1)\nA,1,a,3\n")
+    with pytest.raises(ExportError, match="named like 'Loop Lab'.*--column"):
+        lms.fill(lms.read_roster(roster), lms.FORMATS["canvas"], TOTALS, dest=tmp_path / "o.csv")
+    roster.write_text("First name,Assignment: Loop Lab (Real)\nA,-\n")
+    with pytest.raises(ExportError, match="no 'Email address' column"):
+        lms.fill(lms.read_roster(roster), lms.FORMATS["moodle"], TOTALS, dest=tmp_path / "o.csv")
+    bad = tmp_path / "map.csv"
+    bad.write_text("folder,student number\nx,1\n")
+    with pytest.raises(ExportError, match="header must be submission,<a roster column>"):
+        fill("moodle", "moodle_roster.csv", tmp_path, mapping=bad)
+
+
+def test_unknown_format_and_missing_roster_say_what_to_fix(tmp_path):
+    with pytest.raises(ExportError, match="unknown format 'blackboard': use one of canvas, moodle"):
+        lms.export_lms(tmp_path, "blackboard", GOLDEN / "canvas_roster.csv")
+    with pytest.raises(ExportError, match="cannot be read.*download the gradebook CSV"):
+        lms.read_roster(tmp_path / "nope.csv")

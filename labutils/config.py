@@ -41,7 +41,7 @@ class LabConfig:
                            "autocasts there), bf16 on a CPU with bf16 instructions (AVX-512 BF16, AMX), float32 "
                            "elsewhere (labutils.amp)")
     device: str = knob("auto", "auto | cpu | cuda | cuda:1 | mps; auto = CUDA, else MPS, else CPU, and the "
-                               "LAB_DEVICE environment variable replaces it (labutils.device)")
+                               "LAB_DEVICE environment variable replaces it (labutils.devices)")
     # checkpoints and logs
     ckpt_dir: str | None = knob(None, "where last-/best- checkpoints go; None disables checkpointing")
     save_every: int = knob(100, "optimizer steps between \"last\" checkpoints")

@@ -200,7 +200,7 @@ def _batch_as_is(batch):
 def make_loader(images, labels, batch_size: int, seed: int = 0, shuffle: bool = True,
                 pin_memory: bool = False) -> DataLoader:
     """A standard DataLoader over in-memory images with a resumable :class:`EpochBatchSampler`; ``pin_memory`` for a
-    CUDA device (:func:`labutils.device.pin_memory`)."""
+    CUDA device (:func:`labutils.devices.pin_memory`)."""
     sampler = EpochBatchSampler(len(labels), batch_size, seed=seed, shuffle=shuffle)
     # A private generator: otherwise every iter(loader) draws a worker base seed from the *global* RNG, so a run
     # resumed mid-epoch (one extra iter) would see different dropout masks than the run that never stopped.

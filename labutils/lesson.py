@@ -9,7 +9,7 @@ instead of a ``NameError``.
 Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the epochs the notebook asks for;
 ``smoke`` and ``grade`` use 2,048 images and one short epoch. ``NBGRADER_EXECUTION`` (set by nbgrader while it
 validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one;
-``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.device`), chosen once in :func:`start`.
+``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.devices`), chosen once in :func:`start`.
 
 Each notebook's settings are in :data:`SETTINGS` (written once, in the exercise registry): the notebook starts with
 ``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same stages with the reference
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import amp, artifacts, data, device, exercises
+from . import amp, artifacts, data, devices, exercises
 from .checkpoint import set_seed
 from .config import LabConfig
 from .memory import keep_freed_memory
@@ -90,7 +90,7 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     """The notebook's whole configuration (:func:`notebook_config` in the current mode, with ``overrides`` for your
     own experiments), seeded and printed. Unknown keys raise."""
     cfg = notebook_config(notebook_id, lab_mode()).replace(**overrides)
-    chosen = device.choose(cfg.device)  # once, here: every cell below reads cfg.device
+    chosen = devices.choose(cfg.device)  # once, here: every cell below reads cfg.device
     cfg = cfg.replace(device=str(chosen.device))
     keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)
@@ -102,7 +102,7 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     return cfg
 
 
-def hardware(cfg: LabConfig, chosen: device.Choice) -> str:
+def hardware(cfg: LabConfig, chosen: devices.Choice) -> str:
     """Where this run trains and in what precision, each with its reason: a student with a GPU sees it is used (and
     one without sees why not) before anything trains."""
     return (f"device: {chosen.device} ({chosen.reason})\n"
@@ -123,7 +123,7 @@ def build_model(cfg: LabConfig) -> SmallCNN:
 
 def build_loaders(cfg: LabConfig):
     """(train_loader, val_loader) for the config; the batch order depends only on (seed, epoch)."""
-    return data.make_loaders(cfg.batch_size, cfg.subset, cfg.seed, pin_memory=device.pin_memory(cfg.device))
+    return data.make_loaders(cfg.batch_size, cfg.subset, cfg.seed, pin_memory=devices.pin_memory(cfg.device))
 
 
 def take(loader, n: int) -> list:

@@ -7,13 +7,13 @@ import time
 
 import torch
 
-from .device import synchronize
+from .devices import synchronize
 
 
 def samples_per_second(train_on, batches: list, warmup: int = 2, device="cpu") -> float:
     """Throughput of ``train_on(batches)`` (e.g. one epoch of the student's loop over a list of batches), after a
     warm-up call on the first ``warmup`` batches so that one-time costs (allocation, kernel choice) are excluded.
-    On a GPU the clock starts and stops with its queue empty (:func:`labutils.device.synchronize`)."""
+    On a GPU the clock starts and stops with its queue empty (:func:`labutils.devices.synchronize`)."""
     train_on(batches[:warmup])
     synchronize(device)
     started = time.perf_counter()

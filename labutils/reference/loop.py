@@ -28,7 +28,7 @@ from ..checkpoint import (BEST_NAME, atomic_save, last_name, load_latest_valid, 
 from ..config import LabConfig
 from ..crash import exit_at_step
 from ..data import make_loaders, set_position
-from ..device import pin_memory, resolve as resolve_device
+from ..devices import pin_memory, resolve as resolve_device
 from ..evaluation import evaluate
 from ..memory import keep_freed_memory
 from ..models import SmallCNN
@@ -157,7 +157,7 @@ def fit(cfg: LabConfig, on_step: Callable[[int, float], None] | None = None, log
     """Train SmallCNN on FashionMNIST as ``cfg`` says: the lab's whole loop with checkpoints, logs and resume."""
     keep_freed_memory()
     set_seed(cfg.seed)
-    device = resolve_device(cfg.device)  # "auto": CUDA, else MPS, else CPU (labutils.device)
+    device = resolve_device(cfg.device)  # "auto": CUDA, else MPS, else CPU (labutils.devices)
     train_loader, val_loader = make_loaders(cfg.batch_size, cfg.subset, cfg.seed, pin_memory=pin_memory(device))
     model = SmallCNN(dropout=cfg.dropout, batchnorm=cfg.batchnorm).to(device)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.no_decay_bias_norm)

@@ -31,8 +31,11 @@ def _notebooks(value) -> set[str]:
 
 
 def pytest_collection_modifyitems(config, items):
+    no_gpu = _no_gpu_reason(items)
     for item in items:
         _expect_open_door(item)
+        if no_gpu and item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.skip(reason=no_gpu))
         callspec = getattr(item, "callspec", None)
         if callspec is None:
             continue
@@ -49,3 +52,15 @@ def _expect_open_door(item) -> None:
     mark = item.get_closest_marker("needs_fix")
     if mark is not None:
         item.add_marker(pytest.mark.xfail(reason=f"open door: {mark.args[0] if mark.args else ''}", strict=True))
+
+
+def _no_gpu_reason(items) -> str | None:
+    """Why the ``cuda`` tests cannot run here, or None where they can. torch is imported only when one is selected;
+    the question is asked once, so every skipped test gives the same reason."""
+    if not any(item.get_closest_marker("cuda") for item in items):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() is False)"

@@ -112,3 +112,15 @@ def test_the_cli_says_a_missing_device_in_one_line_and_exits_2(machine, monkeypa
 def test_only_a_cuda_device_gets_pinned_batches():
     assert devices.pin_memory("cuda:1") and devices.pin_memory(torch.device("cuda"))
     assert not devices.pin_memory("cpu") and not devices.pin_memory(torch.device("mps"))
+
+
+def test_the_checks_gpu_run_is_for_notebooks_never_for_grading(machine, monkeypatch):
+    """A grade must not depend on the grading machine's hardware: under the grader (evidence.ROLE set) the checks
+    never run the student's function on a GPU, even where CUDA is present."""
+    from labutils.checks import evidence, on_gpu
+
+    machine(cuda=1)
+    assert on_gpu.available()
+    monkeypatch.setattr(evidence, "ROLE", object())
+    assert not on_gpu.available()
+    assert on_gpu.train_failures(None, "baseline") == [] and on_gpu.evaluate_failures(None) == []

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, mark_batches
+from . import on_gpu
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages, as_given, shown
@@ -229,4 +230,7 @@ def check_evaluate(fn) -> CheckReport:
             _run_stages(report, EVAL_STAGES, view, names)
             if view.run.error is not None and len(report.failures) == before:
                 report.failures.append(_exception_failure("evaluate", fn, view.run.error))
+    if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
+        with _isolated():
+            report.failures += on_gpu.evaluate_failures(fn)
     return report

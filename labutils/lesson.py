@@ -48,6 +48,9 @@ FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebo
 # registry, beside the notebook's exercises and grading cost.
 SETTINGS: dict[str, dict] = exercises.SETTINGS
 
+# nbgrader's runs train on the CPU whatever the machine has: a grade must not depend on the grading machine's GPU
+GRADING_DEVICE = devices.Choice(torch.device("cpu"), "grading runs on the CPU, whatever this machine has")
+
 _state: dict = {"notebook": None}
 
 
@@ -90,7 +93,7 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     """The notebook's whole configuration (:func:`notebook_config` in the current mode, with ``overrides`` for your
     own experiments), seeded and printed. Unknown keys raise."""
     cfg = notebook_config(notebook_id, lab_mode()).replace(**overrides)
-    chosen = devices.choose(cfg.device)  # once, here: every cell below reads cfg.device
+    chosen = devices.choose(cfg.device) if lab_mode() != "grade" else GRADING_DEVICE  # once: cells read cfg.device
     cfg = cfg.replace(device=str(chosen.device))
     keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)

@@ -124,3 +124,22 @@ def test_the_checks_gpu_run_is_for_notebooks_never_for_grading(machine, monkeypa
     monkeypatch.setattr(evidence, "ROLE", object())
     assert not on_gpu.available()
     assert on_gpu.train_failures(None, "baseline") == [] and on_gpu.evaluate_failures(None) == []
+
+
+def test_grading_trains_on_the_cpu_even_where_a_gpu_is(machine, monkeypatch, capsys):
+    machine(cuda=1)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert lesson.start("01_baseline").device == "cpu"
+    assert "device: cpu (grading runs on the CPU, whatever this machine has)" in capsys.readouterr().out
+
+
+def test_every_function_that_takes_device_is_checked_with_a_string_and_a_torch_device():
+    """The contract says "a torch.device or a string": the main run passes a string, the varied run a torch.device
+    with an index (what a loop giving autocast the device itself, or moving tensors to "cpu", fails on)."""
+    from labutils import exercises
+
+    taking = [e for e in exercises.EXERCISES if any("device" in f.params for f in e.functions)]
+    assert {e.id for e in taking} == {"baseline", "evaluate", "scheduler", "clipping", "accumulation", "amp", "resume"}
+    for e in taking:
+        assert e.defaults()["device"] == "cpu"
+        assert e.varied()["device"] == torch.device("cpu", 0) and isinstance(e.varied()["device"], torch.device)

@@ -50,7 +50,7 @@ def test_fp16_training_with_a_gradscaler_overflows_for_real_skips_the_step_and_b
     constant = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
     watch = measure.ScalerWatch(model, optimizer, scaler)
-    loss, norms = mutants.correct.amp_canonical(model, _batches(60), optimizer, constant, 2.0, scaler,
+    loss, norms = mutants.correct.amp_canonical(model, _batches(80), optimizer, constant, 2.0, scaler,
                                                 torch.float16, GPU)
     watch.remove()
     print(watch)
@@ -134,7 +134,7 @@ def test_the_checks_gpu_run_catches_a_hard_coded_cpu_and_says_so():
     report = checks.check_train_one_epoch(train_one_epoch_with_cpu_accumulator, "baseline")
     assert [f.check for f in report.failures] == ["device"]  # the CPU runs pass it: only the GPU run shows it
     message = report.failures[0].message
-    assert message.startswith("on the GPU (device='cuda'), train_one_epoch raised RuntimeError at line 9 "
+    assert message.startswith("on the GPU (device='cuda'), train_one_epoch raised RuntimeError at line 11 "
                               "(`losses = torch.cat([losses, per_sample.detach()])`)")
     assert "cpu" in message.partition("RuntimeError")[2]  # torch's own words name the CPU tensor
 

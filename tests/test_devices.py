@@ -1,6 +1,10 @@
 """labutils.devices: auto picks CUDA, else MPS, else the CPU; LAB_DEVICE replaces auto; a device the machine lacks is
 one line that says how to fix it. CUDA and MPS are faked present or absent, so these run on any machine."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -71,14 +75,15 @@ def test_a_missing_device_is_one_line_with_the_fix_never_a_cpu_fallback(machine,
         assert message.endswith("unset LAB_DEVICE (auto picks what is there) or set LAB_DEVICE=cpu")
 
 
-def test_a_notebook_shows_the_device_error_as_one_line_not_a_traceback(capsys):
-    """IPython's own display of the exception (the hook a Jupyter kernel uses): one line, no frames."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_cell("from labutils.devices import DeviceError\nraise DeviceError('LAB_DEVICE=cuda asks for ...')")
-    shown = capsys.readouterr().out.strip()
-    assert shown == "DeviceError: LAB_DEVICE=cuda asks for ..."
+def test_a_notebook_shows_the_device_error_as_one_line_not_a_traceback(tmp_path):
+    """IPython's own display of the exception (the hook a Jupyter kernel uses): one line, no frames. In a process of
+    its own, so that no IPython shell (and its history file) outlives the test."""
+    script = ("from IPython.core.interactiveshell import InteractiveShell\n"
+              "InteractiveShell.instance().run_cell('from labutils.devices import DeviceError\\n"
+              "raise DeviceError(\"LAB_DEVICE=cuda asks for ...\")')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "IPYTHONDIR": str(tmp_path)})
+    assert proc.stdout.strip() == "DeviceError: LAB_DEVICE=cuda asks for ...", proc.stdout + proc.stderr
 
 
 def test_lesson_start_says_which_device_and_precision_and_why(machine, monkeypatch, capsys):

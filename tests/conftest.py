@@ -2,9 +2,14 @@
 
 A test gets the marker of every notebook its parameters name: a notebook id ("04_accumulation"), an exercise id
 ("accumulation"), or an object with an ``exercise`` attribute (a mutant corpus variant).
+
+Also: the suite runs on the CPU (``LAB_DEVICE=cpu`` unless given), and the ``cuda`` tests are skipped, with one
+reason, where torch sees no CUDA GPU.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -12,6 +17,10 @@ from labutils import exercises
 
 
 def pytest_configure(config):
+    # the suite's expectations are the CPU's: on a machine with a GPU, device="auto" would pick it for every run and
+    # notebook the tests start. The GPU has its own tests (-m cuda, tests/test_cuda.py), which set LAB_DEVICE
+    # themselves; a LAB_DEVICE given on the command line is kept.
+    os.environ.setdefault("LAB_DEVICE", "cpu")
     for notebook in exercises.NOTEBOOKS:
         marker = exercises.lab_marker(notebook.id)
         config.addinivalue_line("markers", f"{marker}: tests of {notebook.id} (its exercises and notebook)")

@@ -37,9 +37,11 @@ class LabConfig:
     warmup_steps: int = knob(100, "linear warmup length for warmup_cosine")
     max_norm: float | None = knob(None, "global-norm clipping threshold; None logs the norm but never clips")
     accum_steps: int = knob(1, "micro-batches per optimizer step (virtual batch = batch_size * accum_steps)")
-    amp: str = knob("off", "off | auto | bf16 | fp16; auto = fp16 + GradScaler on CUDA, bf16 on a CPU with bf16 "
-                           "instructions (AVX-512 BF16, AMX), float32 on any other CPU")
-    device: str = knob("cpu", "cpu, cuda, cuda:1, mps ...")
+    amp: str = knob("off", "off | auto | bf16 | fp16; auto = fp16 + GradScaler on CUDA (and MPS where torch "
+                           "autocasts there), bf16 on a CPU with bf16 instructions (AVX-512 BF16, AMX), float32 "
+                           "elsewhere (labutils.amp)")
+    device: str = knob("auto", "auto | cpu | cuda | cuda:1 | mps; auto = CUDA, else MPS, else CPU, and the "
+                               "LAB_DEVICE environment variable replaces it (labutils.devices)")
     # checkpoints and logs
     ckpt_dir: str | None = knob(None, "where last-/best- checkpoints go; None disables checkpointing")
     save_every: int = knob(100, "optimizer steps between \"last\" checkpoints")

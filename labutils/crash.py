@@ -3,7 +3,7 @@
 A real crash (power cut, OOM kill, pre-emption) gives the program no chance to clean up: no ``finally``, no
 ``atexit``, no buffered output flushed. ``os._exit(1)`` is the faithful imitation, which is why the lab uses it
 instead of raising an exception. Because it would also kill a notebook's kernel, :func:`run_forked` runs the doomed
-training in a forked child process.
+training in a child process (forked, or spawned on a CUDA machine).
 """
 
 from __future__ import annotations
@@ -59,23 +59,56 @@ def read_step_log(path) -> list[dict]:
     return records
 
 
-def run_forked(fn, *args, **kwargs) -> int:
-    """Run ``fn(*args, **kwargs)`` in a forked child and return its exit code (0 when ``fn`` returns normally).
-
-    Fork, not spawn: a function defined in a notebook cell cannot be pickled for a fresh interpreter, but a forked
-    child already has it. The child trains on one thread: torch's OpenMP pool does not survive a fork (a child that
-    uses more than one thread after its parent ran a parallel op hangs at the first barrier). Compare such a run only
-    with runs that also used one thread: the thread count changes float reduction order.
-    """
+def _child(fn, args, kwargs) -> None:
+    """The child's side: one thread, then the training."""
     import torch
 
-    def child() -> None:
-        torch.set_num_threads(1)
-        fn(*args, **kwargs)
+    torch.set_num_threads(1)
+    fn(*args, **kwargs)
 
-    started = time.perf_counter()
-    process = multiprocessing.get_context("fork").Process(target=child)
+
+def _run_pickled(payload: bytes) -> None:
+    """A spawned child's target: the function and its arguments arrive by value (see :func:`start`)."""
+    import cloudpickle
+
+    _child(*cloudpickle.loads(payload))
+
+
+def start_method() -> str:
+    """``fork`` where it is safe, ``spawn`` on a machine with CUDA: a forked child cannot use CUDA once its parent
+    has touched it, and asking ``torch.cuda.is_available()`` already does (it initialises the driver)."""
+    import torch
+
+    return "spawn" if torch.cuda.is_available() else "fork"
+
+
+def start(fn, *args, **kwargs) -> multiprocessing.Process:
+    """Start ``fn(*args, **kwargs)`` in a child process and return it (``join()`` it; its ``exitcode`` is 0 when
+    ``fn`` returned normally).
+
+    Fork where it is safe: a function defined in a notebook cell cannot be pickled by name for a fresh interpreter,
+    but a forked child already has it. On a CUDA machine (:func:`start_method`) the child is spawned instead and
+    gets ``fn`` and its arguments by value through cloudpickle (tensors on the GPU included). Either child trains on
+    one thread: torch's OpenMP pool does not survive a fork (a child that uses more than one thread after its parent
+    ran a parallel op hangs at the first barrier). Compare such a run only with runs that also used one thread: the
+    thread count changes float reduction order.
+    """
+    method = start_method()
+    if method == "spawn":
+        import cloudpickle  # installed with distributed (requirements.txt); only a CUDA machine needs it
+
+        target, arguments = _run_pickled, (cloudpickle.dumps((fn, args, kwargs)),)
+    else:
+        target, arguments = _child, (fn, args, kwargs)
+    process = multiprocessing.get_context(method).Process(target=target, args=arguments)
     process.start()
+    return process
+
+
+def run_forked(fn, *args, **kwargs) -> int:
+    """Run ``fn(*args, **kwargs)`` in a child process (:func:`start`) and return its exit code."""
+    started = time.perf_counter()
+    process = start(fn, *args, **kwargs)
     process.join()
     artifacts.add_seconds("subprocesses", time.perf_counter() - started)
     return process.exitcode

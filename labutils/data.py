@@ -195,13 +195,15 @@ def _batch_as_is(batch):
     return batch  # ImageBatches.__getitems__ already returns the stacked (x, y)
 
 
-def make_loader(images, labels, batch_size: int, seed: int = 0, shuffle: bool = True) -> DataLoader:
-    """A standard DataLoader over in-memory images with a resumable :class:`EpochBatchSampler`."""
+def make_loader(images, labels, batch_size: int, seed: int = 0, shuffle: bool = True,
+                pin_memory: bool = False) -> DataLoader:
+    """A standard DataLoader over in-memory images with a resumable :class:`EpochBatchSampler`; ``pin_memory`` for a
+    CUDA device (:func:`labutils.devices.pin_memory`)."""
     sampler = EpochBatchSampler(len(labels), batch_size, seed=seed, shuffle=shuffle)
     # A private generator: otherwise every iter(loader) draws a worker base seed from the *global* RNG, so a run
     # resumed mid-epoch (one extra iter) would see different dropout masks than the run that never stopped.
     return DataLoader(ImageBatches(images, labels), batch_sampler=sampler, collate_fn=_batch_as_is,
-                      generator=torch.Generator().manual_seed(seed))
+                      generator=torch.Generator().manual_seed(seed), pin_memory=pin_memory)
 
 
 def set_position(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:
@@ -209,9 +211,11 @@ def set_position(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:
     loader.batch_sampler.set_epoch(epoch, start_batch)
 
 
-def make_loaders(batch_size: int = 128, subset: int | None = None, seed: int = 0) -> tuple[DataLoader, DataLoader]:
-    """(train_loader, val_loader): shuffled training batches, validation in a fixed order."""
+def make_loaders(batch_size: int = 128, subset: int | None = None, seed: int = 0,
+                 pin_memory: bool = False) -> tuple[DataLoader, DataLoader]:
+    """(train_loader, val_loader): shuffled training batches, validation in a fixed order; batches in page-locked
+    memory with ``pin_memory`` (a CUDA device: the copy to it can then overlap the GPU's work)."""
     splits = load_splits(subset)
-    train = make_loader(*splits.train, batch_size=batch_size, seed=seed, shuffle=True)
-    val = make_loader(*splits.val, batch_size=EVAL_BATCH_SIZE, shuffle=False)
+    train = make_loader(*splits.train, batch_size=batch_size, seed=seed, shuffle=True, pin_memory=pin_memory)
+    val = make_loader(*splits.val, batch_size=EVAL_BATCH_SIZE, shuffle=False, pin_memory=pin_memory)
     return train, val

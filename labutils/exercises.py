@@ -58,6 +58,17 @@ class Function:
 
 
 @dataclass(frozen=True)
+class TorchDevice:
+    """A ``torch.device`` in this registry, which imports no torch (the grader reads it): :meth:`Argument.value`
+    builds the real one for the checks."""
+
+    spec: str
+
+    def __repr__(self) -> str:
+        return f"torch.device({self.spec!r})"
+
+
+@dataclass(frozen=True)
 class Argument:
     """An argument the function must honour: the check runs it with ``values[0]``, then once more with ``values[1]``
     (everything else unchanged); a function that ignores it fails ``property``."""
@@ -66,6 +77,15 @@ class Argument:
     values: tuple
     property: str
     about: str = ""  # what a value means when it is not the argument itself (e.g. "how many images")
+
+    def value(self, which: int):
+        """The value of run ``which`` (0: the main run, 1: the varied one) as the function receives it."""
+        value = self.values[which]
+        if isinstance(value, TorchDevice):
+            import torch  # only the checks ask for values, and they have torch
+
+            return torch.device(value.spec)
+        return value
 
 
 @dataclass(frozen=True)
@@ -121,11 +141,11 @@ class Exercise:
 
     def defaults(self) -> dict:
         """The value of every honoured argument in the check's main run."""
-        return {a.name: a.values[0] for a in self.arguments}
+        return {a.name: a.value(0) for a in self.arguments}
 
     def varied(self) -> dict:
         """The second value of every honoured argument: the run where a function using numbers of its own shows."""
-        return {a.name: a.values[1] for a in self.arguments}
+        return {a.name: a.value(1) for a in self.arguments}
 
     def owner(self, check: str) -> list[Property]:
         """The properties a failure with this id costs."""
@@ -145,7 +165,9 @@ _EPOCH = "one pass over `loader`"
 
 
 def _device(prop: str) -> Argument:
-    return Argument("device", ("cpu", "cpu:0"), prop, "a device string, with and without an index")
+    # the contract allows a string or a torch.device: a loop that only works with one of them (autocast's device_type
+    # given the device itself) fails the second run; a loop that moves tensors to "cpu" of its own fails it too
+    return Argument("device", ("cpu", TorchDevice("cpu:0")), prop, "a string, then a torch.device with an index")
 
 
 def _max_norm(prop: str) -> Argument:
@@ -241,7 +263,7 @@ EXERCISES: tuple[Exercise, ...] = (
            "without: plain backward and step; norms are of the unscaled gradients; a step the scaler skips (its "
            "gradients overflowed) is still cleared after, and the scheduler may step then or not, its norm (inf) be "
            "logged or left out",
-           (_AMP_DTYPE, _max_norm("loop"), _device("loop")),  # "cpu:0": autocast's device_type is its type, "cpu"
+           (_AMP_DTYPE, _max_norm("loop"), _device("loop")),  # autocast's device_type is the device's type, "cpu"
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",)),
             Property("scaler", 1, "train_one_epoch scales the loss and steps through scaler.step and scaler.update",

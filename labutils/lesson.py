@@ -8,7 +8,8 @@ instead of a ``NameError``.
 
 Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the epochs the notebook asks for;
 ``smoke`` and ``grade`` use 2,048 images and one short epoch. ``NBGRADER_EXECUTION`` (set by nbgrader while it
-validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one.
+validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one;
+``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.devices`), chosen once in :func:`start`.
 
 Each notebook's settings are in :data:`SETTINGS` (written once, in the exercise registry): the notebook starts with
 ``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same stages with the reference
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import artifacts, data, exercises
+from . import amp, artifacts, data, devices, exercises
 from .checkpoint import set_seed
 from .config import LabConfig
 from .memory import keep_freed_memory
@@ -46,6 +47,9 @@ FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebo
 # Each notebook's LabConfig settings in full mode, and what its fast modes change beyond FAST: in the exercise
 # registry, beside the notebook's exercises and grading cost.
 SETTINGS: dict[str, dict] = exercises.SETTINGS
+
+# nbgrader's runs train on the CPU whatever the machine has: a grade must not depend on the grading machine's GPU
+GRADING_DEVICE = devices.Choice(torch.device("cpu"), "grading runs on the CPU, whatever this machine has")
 
 _state: dict = {"notebook": None}
 
@@ -89,13 +93,23 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     """The notebook's whole configuration (:func:`notebook_config` in the current mode, with ``overrides`` for your
     own experiments), seeded and printed. Unknown keys raise."""
     cfg = notebook_config(notebook_id, lab_mode()).replace(**overrides)
+    chosen = devices.choose(cfg.device) if lab_mode() != "grade" else GRADING_DEVICE  # once: cells read cfg.device
+    cfg = cfg.replace(device=str(chosen.device))
     keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)
     _state.update(notebook=notebook_id)
     print(f"{notebook_id}: LAB_MODE={lab_mode()}" + ("  (2,048 images, short runs)" if is_fast() else ""))
+    print(hardware(cfg, chosen))
     print(cfg.describe())
     artifacts.begin(notebook_id, lab_mode(), cfg.to_dict())
     return cfg
+
+
+def hardware(cfg: LabConfig, chosen: devices.Choice) -> str:
+    """Where this run trains and in what precision, each with its reason: a student with a GPU sees it is used (and
+    one without sees why not) before anything trains."""
+    return (f"device: {chosen.device} ({chosen.reason})\n"
+            f"precision: {amp.choose(cfg.amp, chosen.device)}")
 
 
 def variant(cfg: LabConfig, label: str, **changes) -> LabConfig:
@@ -112,7 +126,7 @@ def build_model(cfg: LabConfig) -> SmallCNN:
 
 def build_loaders(cfg: LabConfig):
     """(train_loader, val_loader) for the config; the batch order depends only on (seed, epoch)."""
-    return data.make_loaders(cfg.batch_size, cfg.subset, cfg.seed)
+    return data.make_loaders(cfg.batch_size, cfg.subset, cfg.seed, pin_memory=devices.pin_memory(cfg.device))
 
 
 def take(loader, n: int) -> list:

@@ -2,14 +2,25 @@
 
 A test gets the marker of every notebook its parameters name: a notebook id ("04_accumulation"), an exercise id
 ("accumulation"), or an object with an ``exercise`` attribute (a mutant corpus variant).
+
+Also: the suite runs on the CPU (``LAB_DEVICE=cpu`` unless given), and the ``cuda`` tests are skipped, with one
+reason, where torch sees no CUDA GPU.
 """
 
 from __future__ import annotations
+
+import os
+
+import pytest
 
 from labutils import exercises
 
 
 def pytest_configure(config):
+    # the suite's expectations are the CPU's: on a machine with a GPU, device="auto" would pick it for every run and
+    # notebook the tests start. The GPU has its own tests (-m cuda, tests/test_cuda.py), which set LAB_DEVICE
+    # themselves; a LAB_DEVICE given on the command line is kept.
+    os.environ.setdefault("LAB_DEVICE", "cpu")
     for notebook in exercises.NOTEBOOKS:
         marker = exercises.lab_marker(notebook.id)
         config.addinivalue_line("markers", f"{marker}: tests of {notebook.id} (its exercises and notebook)")
@@ -29,7 +40,10 @@ def _notebooks(value) -> set[str]:
 
 
 def pytest_collection_modifyitems(config, items):
+    no_gpu = _no_gpu_reason(items)
     for item in items:
+        if no_gpu and item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.skip(reason=no_gpu))
         callspec = getattr(item, "callspec", None)
         if callspec is None:
             continue
@@ -38,3 +52,15 @@ def pytest_collection_modifyitems(config, items):
             names |= _notebooks(value)
         for notebook in sorted(names):
             item.add_marker(exercises.lab_marker(notebook))
+
+
+def _no_gpu_reason(items) -> str | None:
+    """Why the ``cuda`` tests cannot run here, or None where they can. torch is imported only when one is selected;
+    the question is asked once, so every skipped test gives the same reason."""
+    if not any(item.get_closest_marker("cuda") for item in items):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() is False)"

@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, mark_batches
+from . import on_gpu
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
-from .report import CheckReport, Failure, NotJudged, _beside, _run_stages, as_given
+from .report import CheckReport, Failure, NotJudged, _beside, _run_stages, as_given, shown
 from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
                     _tiny_model)
 
@@ -185,12 +186,12 @@ def _ev_device(v: EvalView):
     if not v.forwards:
         return NotJudged("evaluate never called the model")
     if not v.run.moves:
-        return [Failure("device", f"evaluate never moved a batch to the device={v.device!r} it was given: move each "
-                        "batch with x.to(device), y.to(device).")]
+        return [Failure("device", f"evaluate never moved a batch to the device={shown(v.device)} it was given: move "
+                        "each batch with x.to(device), y.to(device).")]
     other = next((d for d in v.run.moves if d != torch.device(v.device)), None)
     if other is not None:
-        return [Failure("device", f"evaluate moved tensors to {str(other)!r}, not to the device={v.device!r} it was "
-                        "given: move each batch with x.to(device), y.to(device).")]
+        return [Failure("device", f"evaluate moved tensors to {str(other)!r}, not to the device={shown(v.device)} it "
+                        "was given: move each batch with x.to(device), y.to(device).")]
     return []
 
 
@@ -229,4 +230,7 @@ def check_evaluate(fn) -> CheckReport:
             _run_stages(report, EVAL_STAGES, view, names)
             if view.run.error is not None and len(report.failures) == before:
                 report.failures.append(_exception_failure("evaluate", fn, view.run.error))
+    if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
+        with _isolated():
+            report.failures += on_gpu.evaluate_failures(fn)
     return report

@@ -9,6 +9,8 @@ import itertools
 import textwrap
 from dataclasses import dataclass, field
 
+import torch
+
 from ..trace import Event, format_events
 
 
@@ -123,9 +125,14 @@ def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, tit
     return "\n".join(rows)
 
 
+def shown(value) -> str:
+    """An argument as a student would write it: ``torch.device('cpu:0')``, not torch's ``device(type='cpu', ...)``."""
+    return f"torch.device({str(value)!r})" if isinstance(value, torch.device) else repr(value)
+
+
 def given(values: dict) -> str:
-    """How a failure of the run with varied arguments begins: "with epochs=3, device='cpu:0', "."""
-    return "with " + ", ".join(f"{name}={value!r}" for name, value in values.items()) + ", "
+    """How a failure of the run with varied arguments begins: "with epochs=3, device=torch.device('cpu:0'), "."""
+    return "with " + ", ".join(f"{name}={shown(value)}" for name, value in values.items()) + ", "
 
 
 @contextlib.contextmanager

@@ -17,8 +17,8 @@ from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
 from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
                       _reference_failure, _scratch, _show)
-from . import evidence
-from .report import CheckReport, Failure, NotJudged, _run_stages, given
+from . import evidence, on_gpu
+from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
 from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
 
 _ARGS = exercises.get("resume")
@@ -121,8 +121,8 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
                              every))
     other = next((d for d in run.moves if d != torch.device(device)), None)
     if other is not None:
-        found.append(Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device={device!r} "
-                             "it was given: move each batch with .to(device)."))
+        found.append(Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device="
+                             f"{shown(device)} it was given: move each batch with .to(device)."))
     if not found and not _is_step(run.result, total):
         found.append(Failure("return_value", f"{words}train_resumable returned {_show(run.result)}; the contract "
                              f"returns the final global step ({total} here)."))
@@ -346,4 +346,7 @@ def check_resume(train_fn) -> CheckReport:
             if run.error is not None:
                 report.failures.append(_exception_failure("train_resumable", train_fn, run.error, when))
                 break
+    if not report.failures:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
+        with _isolated():
+            report.failures += on_gpu.resume_failures(train_fn, images, labels)
     return report

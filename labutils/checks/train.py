@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..exercises import TRAIN_EXERCISES, get
+from . import on_gpu
 from .calling import _check_signature, _exception_failure, _isolated, _reference_failure
 from .report import CheckReport, NotJudged, _run_stages, as_given
 from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
@@ -82,6 +83,8 @@ def check_train_one_epoch(fn, exercise: str = "baseline") -> CheckReport:
             case = _train_case(exercise, which=1)
             with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
                 _analyse_train(report, fn, _run_train(fn, case), applicable)
+        if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
+            report.failures += on_gpu.train_failures(fn, exercise)
         if exercise == "accumulation":  # the gradient's scale is the loss_divided property's evidence
             report.judge("loss_divided", [] if report.passed_on_evidence("gradient") else
                          NotJudged(report.unjudged.get("gradient", "the gradient could not be checked")))

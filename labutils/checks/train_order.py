@@ -10,7 +10,7 @@ from collections import Counter
 
 import torch
 
-from .report import Failure, NotJudged
+from .report import Failure, NotJudged, shown
 from .train_run import TrainView
 
 
@@ -51,19 +51,20 @@ def _st_grad_enabled(v: TrainView):
 
 def _st_device(v: TrainView):
     """Every tensor the loop moved went to the ``device`` it was given (a loop that hard-codes "cpu" or "cuda" shows
-    when it is given "cpu:0")."""
+    when it is given torch.device("cpu:0"))."""
     if not v.forwards:
         return NotJudged("no forward pass was observed")
     if not v.run.moves and not v.run.complete:
         return NotJudged("the loop did not finish, and moved no batch before it stopped")
     if not v.run.moves:
-        return [Failure("device", f"train_one_epoch never moved a batch to the device={v.case.device!r} it was given: "
-                        "move each batch with x.to(device), y.to(device) (on a GPU the model would get CPU tensors).")]
+        return [Failure("device", f"train_one_epoch never moved a batch to the device={shown(v.case.device)} it was "
+                        "given: move each batch with x.to(device), y.to(device) (on a GPU the model would get CPU "
+                        "tensors).")]
     wanted = torch.device(v.case.device)
     other = next((d for d in v.run.moves if d != wanted), None)
     if other is not None:
         return [Failure("device", f"train_one_epoch moved tensors to {str(other)!r}, not to the device="
-                        f"{v.case.device!r} it was given: move each batch with x.to(device), y.to(device).")]
+                        f"{shown(v.case.device)} it was given: move each batch with x.to(device), y.to(device).")]
     return []
 
 

@@ -69,7 +69,7 @@ class TrainCase:
 def _train_case(exercise: str, with_scaler: bool = True, which: int = 0) -> TrainCase:
     """The tiny case; ``which`` picks the value of every argument the function must honour (registry: 0 is the
     main run, 1 the run that shows whether the function used its arguments or numbers of its own)."""
-    values = {a.name: a.values[which] for a in exercises.get(exercise).arguments}
+    values = {a.name: a.value(which) for a in exercises.get(exercise).arguments}
     torch.manual_seed(SEED)
     model = _tiny_model()
     images = _images(N_TRAIN, SEED)

@@ -28,6 +28,7 @@ from ..checkpoint import (BEST_NAME, atomic_save, last_name, load_latest_valid, 
 from ..config import LabConfig
 from ..crash import exit_at_step
 from ..data import make_loaders, set_position
+from ..devices import deterministic, pin_memory, resolve as resolve_device
 from ..evaluation import evaluate
 from ..memory import keep_freed_memory
 from ..models import SmallCNN
@@ -156,8 +157,10 @@ def fit(cfg: LabConfig, on_step: Callable[[int, float], None] | None = None, log
     """Train SmallCNN on FashionMNIST as ``cfg`` says: the lab's whole loop with checkpoints, logs and resume."""
     keep_freed_memory()
     set_seed(cfg.seed)
-    device = torch.device(cfg.device)
-    train_loader, val_loader = make_loaders(cfg.batch_size, cfg.subset, cfg.seed)
+    device = resolve_device(cfg.device)  # "auto": CUDA, else MPS, else CPU (labutils.devices)
+    if cfg.ckpt_dir is not None and device.type == "cuda":
+        deterministic()  # a run that checkpoints is compared bit for bit with its resumed twin (crash-resume)
+    train_loader, val_loader = make_loaders(cfg.batch_size, cfg.subset, cfg.seed, pin_memory=pin_memory(device))
     model = SmallCNN(dropout=cfg.dropout, batchnorm=cfg.batchnorm).to(device)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.no_decay_bias_norm)
     total_steps = cfg.epochs * steps_per_epoch(len(train_loader), cfg.accum_steps)

@@ -1096,6 +1096,33 @@ def amp_hardcoded_device(model, loader, optimizer, scheduler, max_norm, scaler, 
     return total / seen, norms
 
 
+def amp_autocast_device_itself(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Gives autocast the device itself: works for the string "cpu", raises for a torch.device (autocast wants its
+    type, "cpu" or "cuda")."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device_type=device, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
+
 def amp_hardcoded_dtype(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
     """Autocasts to bfloat16 whatever amp_dtype says."""
     model.train()

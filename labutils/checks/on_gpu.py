@@ -1,0 +1,94 @@
+"""Where a notebook has a CUDA GPU, a check also runs the student's function on it, once, with ``device="cuda"``.
+
+On a CPU a loop that hard-codes ``"cpu"`` is caught because the check passes ``torch.device("cpu:0")`` and sees the
+batches moved elsewhere; some mistakes only a GPU shows: a tensor made on the CPU and added to one on the GPU, a batch
+left where the loader put it while the model sits on the GPU. This run catches those, and its message says it was the
+GPU run.
+
+Grading never does this: a grade must not depend on whether the grading machine has a GPU, so under the grader
+(:data:`labutils.checks.evidence.ROLE` set) and on a machine without CUDA these functions return no failures.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+from .. import exercises
+from ..trace import Tracer
+from . import evidence
+from .calling import _call, _error_facts
+from .report import Failure
+from .world import MAX_EVENTS
+
+GPU = "cuda"
+
+
+def available() -> bool:
+    """True in a notebook on a machine with CUDA; False under the grader, whatever its hardware."""
+    return evidence.ROLE is None and torch.cuda.is_available()
+
+
+def _run(fn, args, tracer):
+    """The call, with the CUDA generator put back after it (a check leaves the caller's RNG streams alone)."""
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
+        return _call(fn, args, tracer)
+
+
+def _failures(name: str, fn, run) -> list[Failure]:
+    """What the GPU run showed: an exception (the usual sign of a tensor left on the CPU) or a move elsewhere."""
+    if run.error is not None:
+        facts = run.error.facts if hasattr(run.error, "facts") else _error_facts(fn, run.error)
+        where = f" at line {facts['line']} (`{facts['source']}`)" if facts["line"] is not None else ""
+        return [Failure("device", f"on the GPU (device={GPU!r}), {name} raised {facts['type']}{where}: "
+                                  f"{facts['text']}. Move every batch to device and make new tensors there "
+                                  "(torch.zeros(..., device=device)).")]
+    other = next((d for d in run.moves if d.type != GPU), None)
+    if other is not None:
+        return [Failure("device", f"on the GPU (device={GPU!r}), {name} moved tensors to {str(other)!r}, not to "
+                                  "the device it was given: move each batch with x.to(device), y.to(device).")]
+    return []
+
+
+def train_failures(fn, exercise: str) -> list[Failure]:
+    """train_one_epoch of ``exercise`` once on the GPU: the check's tiny case, its model moved there."""
+    if not available():
+        return []
+    from .train_run import _train_case  # the check's own case, so the GPU run sees the same loop
+
+    case = _train_case(exercise)
+    case.model.to(GPU)  # in place: the optimizer keeps the same parameters
+    case.device = GPU
+    if exercise == "amp":  # the GPU's recipe: fp16 with a real GradScaler
+        case.amp_dtype, case.scaler = torch.float16, torch.amp.GradScaler(GPU)
+    tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler,
+                    forbidden=exercises.FORBIDDEN[exercise], max_events=MAX_EVENTS, devices=True)
+    return _failures("train_one_epoch", fn, _run(fn, case.args, tracer))
+
+
+def evaluate_failures(fn) -> list[Failure]:
+    """evaluate once on the GPU."""
+    if not available():
+        return []
+    from .evaluate import _eval_case
+
+    model, _, loader = _eval_case()
+    model.to(GPU).train()
+    tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True)
+    return _failures("evaluate", fn, _run(fn, (model, loader, GPU), tracer))
+
+
+def resume_failures(fn, images, labels) -> list[Failure]:
+    """train_resumable once on the GPU, uninterrupted, into a folder of its own."""
+    if not available():
+        return []
+    from .resumable import R_EPOCHS, R_SAVE_EVERY, _resume_objects
+
+    model, optimizer, scheduler, loader = _resume_objects(images, labels)
+    model.to(GPU)
+    tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
+                    devices=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = (model, optimizer, scheduler, loader, R_EPOCHS, tmp, R_SAVE_EVERY, GPU)
+        return _failures("train_resumable", fn, _run(fn, args, tracer))

@@ -1,0 +1,150 @@
+"""labutils.devices: auto picks CUDA, else MPS, else the CPU; LAB_DEVICE replaces auto; a device the machine lacks is
+one line that says how to fix it. CUDA and MPS are faked present or absent, so these run on any machine."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from labutils import devices, lesson
+from labutils.devices import DEVICE_ENV, DeviceError
+from labutils.reference import cli
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Fake what torch sees: ``machine(cuda=2, mps=True)``. LAB_DEVICE starts unset."""
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
+
+    def fake(cuda: int = 0, mps: bool = False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Fake GPU")
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+    return fake
+
+
+@pytest.mark.parametrize("cuda, mps, expected", [(0, False, "cpu"), (0, True, "mps"), (1, False, "cuda"),
+                                                 (2, True, "cuda")])
+def test_auto_picks_cuda_then_mps_then_cpu(machine, cuda, mps, expected):
+    machine(cuda=cuda, mps=mps)
+    chosen = devices.choose("auto")
+    assert chosen.device == torch.device(expected)
+    assert chosen.reason.startswith("auto: ")
+    assert ("Fake GPU" in chosen.reason) == (expected == "cuda")  # the student sees which GPU
+
+
+@pytest.mark.parametrize("env, expected", [("cpu", "cpu"), ("cuda", "cuda"), ("CUDA:1", "cuda:1"), ("mps", "mps"),
+                                           ("auto", "cuda")])
+def test_lab_device_replaces_auto(machine, monkeypatch, env, expected):
+    machine(cuda=2, mps=True)
+    monkeypatch.setenv(DEVICE_ENV, env)
+    chosen = devices.choose("auto")
+    assert chosen.device == torch.device(expected)
+    if env != "auto":
+        assert chosen.reason == f"LAB_DEVICE={env.lower()}"
+
+
+def test_a_device_written_in_the_config_wins_over_lab_device(machine, monkeypatch):
+    """As a command line wins over the environment: --device cpu stays cpu whatever LAB_DEVICE says."""
+    machine(cuda=1)
+    monkeypatch.setenv(DEVICE_ENV, "cuda")
+    assert devices.resolve("cpu") == torch.device("cpu")
+    assert devices.resolve(torch.device("cuda", 0)) == torch.device("cuda:0")  # a torch.device is taken as given
+
+
+@pytest.mark.parametrize("cuda, mps, env, says", [
+    (0, False, "cuda", "LAB_DEVICE='cuda' asks for a CUDA GPU, but"),
+    (2, False, "cuda:2", "LAB_DEVICE='cuda:2' asks for GPU 2, but torch sees 2 (cuda:0 to cuda:1)"),
+    (1, False, "mps", "LAB_DEVICE='mps' asks for Apple's MPS"),
+    (1, True, "gpu", "LAB_DEVICE='gpu' is not a device the lab trains on: use auto, cpu, cuda, cuda:1 or mps"),
+    (1, True, "xpu", "LAB_DEVICE='xpu' is not a device the lab trains on"),
+])
+def test_a_missing_device_is_one_line_with_the_fix_never_a_cpu_fallback(machine, monkeypatch, cuda, mps, env, says):
+    machine(cuda=cuda, mps=mps)
+    monkeypatch.setenv(DEVICE_ENV, env)
+    with pytest.raises(DeviceError) as caught:
+        devices.choose("auto")
+    message = str(caught.value)
+    assert says in message and "\n" not in message
+    assert caught.value._render_traceback_() == [f"DeviceError: {message}"]  # what a notebook shows: that line only
+    if "asks for" in says:
+        assert message.endswith("unset LAB_DEVICE (auto picks what is there) or set LAB_DEVICE=cpu")
+
+
+def test_a_notebook_shows_the_device_error_as_one_line_not_a_traceback(tmp_path):
+    """IPython's own display of the exception (the hook a Jupyter kernel uses): one line, no frames. In a process of
+    its own, so that no IPython shell (and its history file) outlives the test."""
+    script = ("from IPython.core.interactiveshell import InteractiveShell\n"
+              "InteractiveShell.instance().run_cell('from labutils.devices import DeviceError\\n"
+              "raise DeviceError(\"LAB_DEVICE=cuda asks for ...\")')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "IPYTHONDIR": str(tmp_path)})
+    assert proc.stdout.strip() == "DeviceError: LAB_DEVICE=cuda asks for ...", proc.stdout + proc.stderr
+
+
+def test_lesson_start_says_which_device_and_precision_and_why(machine, monkeypatch, capsys):
+    machine(cuda=0)
+    monkeypatch.setenv("LAB_MODE", "smoke")
+    monkeypatch.delenv("LAB_AMP", raising=False)
+    monkeypatch.setattr("labutils.amp.cpu_has_bf16_instructions", lambda: False)
+    cfg = lesson.start("05_amp")
+    out = capsys.readouterr().out
+    assert cfg.device == "cpu"  # resolved once, here: every cell below reads it
+    assert "device: cpu (auto: no CUDA GPU or Apple MPS on this machine)" in out
+    assert "precision: float32, autocast off (amp='auto' on a CPU without bf16 instructions" in out
+
+
+def test_lesson_start_stops_on_a_missing_device(machine, monkeypatch):
+    machine(cuda=0)
+    monkeypatch.setenv("LAB_MODE", "smoke")
+    monkeypatch.setenv(DEVICE_ENV, "cuda")
+    with pytest.raises(DeviceError, match="asks for a CUDA GPU"):
+        lesson.start("01_baseline")
+
+
+def test_the_cli_says_a_missing_device_in_one_line_and_exits_2(machine, monkeypatch, capsys):
+    machine(cuda=0)
+    monkeypatch.setenv(DEVICE_ENV, "cuda:1")
+    assert cli.main(["train", "--subset", "64", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: LAB_DEVICE='cuda:1' asks for a CUDA GPU")
+
+
+def test_only_a_cuda_device_gets_pinned_batches():
+    assert devices.pin_memory("cuda:1") and devices.pin_memory(torch.device("cuda"))
+    assert not devices.pin_memory("cpu") and not devices.pin_memory(torch.device("mps"))
+
+
+def test_the_checks_gpu_run_is_for_notebooks_never_for_grading(machine, monkeypatch):
+    """A grade must not depend on the grading machine's hardware: under the grader (evidence.ROLE set) the checks
+    never run the student's function on a GPU, even where CUDA is present."""
+    from labutils.checks import evidence, on_gpu
+
+    machine(cuda=1)
+    assert on_gpu.available()
+    monkeypatch.setattr(evidence, "ROLE", object())
+    assert not on_gpu.available()
+    assert on_gpu.train_failures(None, "baseline") == [] and on_gpu.evaluate_failures(None) == []
+
+
+def test_grading_trains_on_the_cpu_even_where_a_gpu_is(machine, monkeypatch, capsys):
+    machine(cuda=1)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert lesson.start("01_baseline").device == "cpu"
+    assert "device: cpu (grading runs on the CPU, whatever this machine has)" in capsys.readouterr().out
+
+
+def test_every_function_that_takes_device_is_checked_with_a_string_and_a_torch_device():
+    """The contract says "a torch.device or a string": the main run passes a string, the varied run a torch.device
+    with an index (what a loop giving autocast the device itself, or moving tensors to "cpu", fails on)."""
+    from labutils import exercises
+
+    taking = [e for e in exercises.EXERCISES if any("device" in f.params for f in e.functions)]
+    assert {e.id for e in taking} == {"baseline", "evaluate", "scheduler", "clipping", "accumulation", "amp", "resume"}
+    for e in taking:
+        assert e.defaults()["device"] == "cpu"
+        assert e.varied()["device"] == torch.device("cpu", 0) and isinstance(e.varied()["device"], torch.device)

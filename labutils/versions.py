@@ -67,6 +67,8 @@ def _installed(name: str) -> str | None:
 def check() -> None:
     """Raise :class:`UnsupportedVersion` (one line) when torch or torchvision is outside the supported range."""
     ranges = supported()
+    if not ranges:
+        return  # not installed: no metadata to read (and maybe no site-packages at all, as under ``python -S``)
     message = problem({name: _installed(name) for name in ranges}, ranges)
     if message:
         raise UnsupportedVersion(message)

@@ -185,7 +185,13 @@ def differences(a: dict, b: dict) -> list[str]:
 
 
 def notebooks(venv: Path, out: Path, log: Path) -> dict:
-    """Each solution notebook in smoke mode, one ``python -m labutils lab`` each (a failure hides no other one)."""
+    """Each solution notebook in smoke mode, one ``python -m labutils lab`` each (a failure hides no other one), and
+    the warnings in its outputs."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_notebooks import unintended_warnings
+
     py = venv / "bin" / "python"
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
@@ -206,6 +212,10 @@ def notebooks(venv: Path, out: Path, log: Path) -> dict:
             result["tail"] += f"{path.stem}: {(proc.stdout + proc.stderr)[-600:]}\n"
         else:
             result["rows"] += json.loads(summary.read_text())["notebooks"]
+        executed = out / path.stem / "notebooks" / path.name
+        if executed.exists():  # a warning one torch prints and the other does not (a deprecation) counts too
+            result["rows"][-1]["warnings"] = unintended_warnings(nbformat.read(executed, as_version=4))
+            result["ok"] = result["ok"] and not result["rows"][-1]["warnings"]
     return result
 
 
@@ -302,6 +312,11 @@ nbformat.write(nb, sys.argv[2])
 # --- the report -----------------------------------------------------------------------------------------------------
 
 
+def _cell(row: dict) -> str:
+    state = "FAILED" if row.get("failed") else f"{len(row['warnings'])} warnings" if row.get("warnings") else "clean"
+    return f"{state}, {row['wall_seconds']:.0f} s"
+
+
 def table(old: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict | None) -> str:
     lines = ["| | oldest supported | pinned |", "|---|---|---|",
              f"| Python | {old['python']} | {pinned['python']} |",
@@ -321,8 +336,7 @@ def table(old: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict 
         by_id = {r.get("notebook"): r for r in (p or {}).get("rows", [])}
         for row in o["rows"]:
             other = by_id.get(row.get("notebook"), {})
-            lines.append(f"| {row['notebook']} | {'FAILED ' if row.get('failed') else ''}{row['wall_seconds']:.0f} s | "
-                         f"{'FAILED ' if other.get('failed') else ''}{other.get('wall_seconds', 0):.0f} s |")
+            lines.append(f"| {row['notebook']} | {_cell(row)} | {_cell(other) if other else ''} |")
     if colab_info:
         lines += ["", "| Colab simulation | |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in colab_info.items()]

@@ -108,7 +108,8 @@ def test_the_cpu_only_way_installs_the_pinned_versions_from_the_cpu_index():
 
 
 def test_notebook_00_opens_with_the_colab_recipe_of_the_readme():
-    """The Colab recipe is written once (handout.COLAB_COMMANDS); notebook 00's first cell shows the same commands."""
+    """The Colab recipe is written once (handout.COLAB_COMMANDS); notebook 00's first cell and both READMEs show the
+    same commands."""
     import nbformat
 
     for folder in ("solutions/loop_lab", "notebooks"):
@@ -116,3 +117,5 @@ def test_notebook_00_opens_with_the_colab_recipe_of_the_readme():
         assert first.cell_type == "markdown"
         assert all(command in first.source for command, _ in handout.COLAB_COMMANDS), folder
     assert all(command in handout.readme() for command, _ in handout.COLAB_COMMANDS)
+    course_readme = (ROOT / "README.md").read_text()
+    assert all(command in course_readme for command, _ in handout.COLAB_COMMANDS)  # at the top of the README too

@@ -21,10 +21,10 @@ class UnsupportedVersion(ImportError):
 
 def supported() -> dict[str, str]:
     """``{"torch": ">=2.6,<2.15", ...}`` from the installed package's metadata; empty when labutils is not installed
-    (imported from a source folder on ``sys.path``), where there is nothing to read and so no guard."""
+    (imported from a source folder on ``sys.path``) or its metadata cannot be read: then there is no guard."""
     try:
         requirements = metadata.requires(DISTRIBUTION) or []
-    except metadata.PackageNotFoundError:
+    except (metadata.PackageNotFoundError, OSError):  # OSError: a sandbox that may not read it
         return {}
     from packaging.requirements import Requirement  # matplotlib's dependency, so always present
 

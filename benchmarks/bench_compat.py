@@ -7,8 +7,8 @@ are kept in ``WORK/wheels`` for the next run). The range is read from ``pyprojec
 oldest torch and torchvision are the floors of ``dependencies``, the newest Python the last minor version below
 ``requires-python``'s upper bound, found with pyenv.
 
-1. **The torch you already have.** A virtualenv of that Python with that torch installed first, then ``pip install -e .``
-   of the course: pip must leave torch alone. Then what runs the notebooks (nbclient, ipykernel, accelerate, nbgrader
+1. **The torch you already have.** A virtualenv of that Python with that torch installed first, then
+   ``pip install -e .`` of the course: pip must leave torch alone. Then what runs the notebooks (nbclient, ipykernel, accelerate, nbgrader
    for the hidden-test cells) at the course's pins, torch held by a constraint.
 2. **The check corpus** (``tests/mutants``, ``tests/stubs``) there and on the pinned torch (this interpreter): every
    variant's failed checks in order and every stub's earned properties, compared.

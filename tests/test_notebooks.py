@@ -190,9 +190,9 @@ def unintended_warnings(nb) -> list[str]:
 def test_warnings_in_outputs_are_found():
     """Check that the warning detector sees tqdm's widget warning as the notebooks once printed it, and not prose"""
     cell = nbformat.v4.new_code_cell("x")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text="/venv/tqdm/auto.py:21: TqdmWarning: IProgress "
-                                           "not found. Please update jupyter and ipywidgets.\n  from .autonotebook "
-                                           "import tqdm as notebook_tqdm\n"),
+    printed = ("/venv/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update jupyter and ipywidgets.\n"
+               "  from .autonotebook import tqdm as notebook_tqdm\n")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=printed),
                     nbformat.v4.new_output("stream", name="stdout", text="no warnings here; warnings are errors\n")]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("UserWarning in prose"), cell])
     assert unintended_warnings(nb) == ["cell 1: /venv/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please "

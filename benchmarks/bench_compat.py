@@ -19,7 +19,8 @@ oldest torch and torchvision are the floors of ``dependencies``, the newest Pyth
    nbclient in memory, from another working folder, with ``LAB_DATA_DIR`` pointing at the four ``.gz`` files and a
    fresh ``LAB_CACHE_DIR``: no notebook path, no Debian path.
 
-Prints a markdown table and writes it to ``WORK/result.md``. Exits 1 when a verdict differs or a step fails.
+``--python 3.10`` runs the same on another Python (the oldest supported, say). Prints a markdown table and writes it
+to ``WORK/result-pyX.Y.md``. Exits 1 when a verdict differs or a step fails.
 """
 
 from __future__ import annotations
@@ -346,6 +347,7 @@ def table(old: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "loop_lab" / "compat")
+    parser.add_argument("--python", help="a Python minor version other than the newest supported (e.g. 3.10)")
     parser.add_argument("--skip-notebooks", action="store_true")
     parser.add_argument("--skip-colab", action="store_true")
     parser.add_argument("--verdicts", type=Path, help=argparse.SUPPRESS)  # the corpus in this interpreter, as JSON
@@ -355,16 +357,17 @@ def main(argv=None) -> int:
         return 0
     work = args.work.expanduser()
     work.mkdir(parents=True, exist_ok=True)
-    log = work / "bench_compat.log"
+    log = work / f"bench_compat-py{args.python or newest_python()}.log"
     log.write_text("")
-    torch_v, vision_v, minor = exact(floor("torch")), exact(floor("torchvision")), newest_python()
+    torch_v, vision_v, minor = exact(floor("torch")), exact(floor("torchvision")), args.python or newest_python()
     print(f"oldest supported: torch {torch_v}, torchvision {vision_v} on Python {minor} (log: {log})", flush=True)
     venv, old = torch_venv(work, minor, torch_v, vision_v, log)
     install_course(venv, log, old)
     print(f"installed: {old}", flush=True)
-    old["corpus"] = corpus(venv / "bin" / "python", work / "verdicts-old.json", log)
+    old["corpus"] = corpus(venv / "bin" / "python", work / f"verdicts-py{minor}-torch{torch_v}.json", log)
     pinned = {"python": sys.version.split()[0], "torch": pins()["torch"]}
-    pinned["corpus"] = corpus(Path(sys.executable), work / "verdicts-pinned.json", log)
+    here = f"py{sys.version_info.major}.{sys.version_info.minor}-torch{pinned['torch']}"
+    pinned["corpus"] = corpus(Path(sys.executable), work / f"verdicts-{here}.json", log)
     old["n"] = len(old["corpus"]["variants"]) + len(old["corpus"]["stubs"])
     diff = differences(old["corpus"], pinned["corpus"])
     print(f"corpus: {old['n']} verdicts, {len(diff)} differ", flush=True)
@@ -376,7 +379,7 @@ def main(argv=None) -> int:
         print(f"notebooks on the pinned: {nbs['pinned']['ok']} {nbs['pinned']['seconds']} s", flush=True)
     colab_info = None if args.skip_colab else colab(work, log, torch_v, vision_v)
     result = table(old, pinned, diff, nbs, colab_info)
-    (work / "result.md").write_text(result)
+    (work / f"result-py{minor}.md").write_text(result)
     print(result)
     failed = diff or any(not n["ok"] for n in nbs.values()) or (colab_info and (
         colab_info["colab_nb00"] != "clean" or not colab_info["colab_kept_torch"]))

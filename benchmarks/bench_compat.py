@@ -139,7 +139,14 @@ def install_course(venv: Path, log: Path, info: dict) -> None:
     constraints = venv / "constraints.txt"
     constraints.write_text(f"torch=={before}\n")
     wanted = [f"{name}=={version}" for name, version in pins().items() if name in NOTEBOOK_RUNNER]
-    run([py, "-m", "pip", "install", "-q", "-c", constraints, *wanted], log)
+    pinned = subprocess.run([py, "-m", "pip", "install", "-q", "-c", constraints, *wanted], capture_output=True,
+                            text=True)
+    with log.open("a") as f:
+        f.write(pinned.stdout + pinned.stderr)
+    info["runner"] = "the course's pins"
+    if pinned.returncode:  # numpy 2.4 and matplotlib 3.11 need Python 3.11: the newest this Python has instead
+        run([py, "-m", "pip", "install", "-q", "-c", constraints, *NOTEBOOK_RUNNER], log)
+        info["runner"] = "unpinned: the course's pins need a newer Python"
     info["venv_mb"] = size_mb(venv)
 
 

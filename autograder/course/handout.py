@@ -92,7 +92,8 @@ when it is in the supported range ({torch_range}); otherwise `import labutils` s
 
 ## Set up (once)
 
-One of three ways. The course's versions (torch with its CUDA libraries: a 5.8 GB virtualenv):
+One of three ways. The first two install the course's pins, which need Python 3.11 or newer (numpy 2.4 does); on
+Python 3.10 take the third. The course's versions (torch with its CUDA libraries: a 5.8 GB virtualenv):
 
 {_commands(SETUP_COMMANDS)}
 

@@ -26,7 +26,7 @@ def supported() -> dict[str, str]:
         requirements = metadata.requires(DISTRIBUTION) or []
     except (metadata.PackageNotFoundError, OSError):  # OSError: a sandbox that may not read it
         return {}
-    from packaging.requirements import Requirement  # matplotlib's dependency, so always present
+    from packaging.requirements import Requirement  # one of the dependencies (and matplotlib's)
 
     parsed = [Requirement(line) for line in requirements]
     return {r.name: ",".join(sorted(map(str, r.specifier), key=lambda s: not s.startswith(">")))  # floor first

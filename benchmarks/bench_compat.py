@@ -117,9 +117,9 @@ def torch_venv(work: Path, minor: str, torch_v: str, vision_v: str, log: Path) -
         run([py, "-m", "pip", "download", "-q", "-d", wheels, f"torch=={torch_v}", f"torchvision=={vision_v}"], log)
         run([py, "-m", "pip", "install", "-q", "--find-links", wheels, f"torch=={torch_v}",
              f"torchvision=={vision_v}"], log)
-        (venv / ".torch-installed").touch()
-    info["torch_install_s"] = round(time.perf_counter() - started)
-    info["torch_venv_mb"] = size_mb(venv)
+        (venv / ".torch-installed").write_text(json.dumps({"torch_install_s": round(time.perf_counter() - started),
+                                                           "torch_venv_mb": size_mb(venv)}))
+    info.update(json.loads((venv / ".torch-installed").read_text() or "{}"))  # measured when torch went in
     return venv, info
 
 

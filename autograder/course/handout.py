@@ -57,10 +57,11 @@ def _commands(commands: list[tuple[str, str]]) -> str:
 
 def cpu_commands(root: Path = REPO_ROOT) -> list[tuple[str, str]]:
     """The CPU-only way: the course's torch and torchvision pins from PyTorch's CPU wheel index, then the rest."""
-    pins = " ".join(line for line in student_requirements(root).splitlines() if line.startswith(("torch==",
-                                                                                              "torchvision==")))
-    return [VENV, (f"pip install {pins} --index-url {CPU_INDEX}", ""),
-            ("pip install -r requirements.txt", "the rest (the CPU build, 2.14.1+cpu, satisfies the pin)"), INSTALL]
+    pins = [line for line in student_requirements(root).splitlines() if line.startswith(("torch==", "torchvision=="))]
+    cpu_build = next(p for p in pins if p.startswith("torch==")).split("==")[1] + "+cpu"  # PEP 440: a local
+    # version (+cpu) matches a pin that has none
+    return [VENV, (f"pip install {' '.join(pins)} --index-url {CPU_INDEX}", ""),
+            ("pip install -r requirements.txt", f"the rest (the CPU build, {cpu_build}, satisfies the pin)"), INSTALL]
 
 
 def project(root: Path = REPO_ROOT) -> dict:
@@ -88,7 +89,8 @@ a notebook from its `notebooks/` folder (File > Upload notebook) and add a first
 
 Run it in every new runtime. FashionMNIST downloads itself the first time; to use the four `.gz` files instead (say you
 uploaded them to `/content/fashion-mnist`), add `%env LAB_DATA_DIR=/content/fashion-mnist`. `pip` keeps Colab's torch
-when it is in the supported range ({torch_range}); otherwise `import labutils` says which to install.
+when it is in the supported range ({torch_range});
+otherwise `import labutils` says which to install.
 
 ## Set up (once)
 

@@ -8,6 +8,7 @@ The installed versions are read from metadata too: ``import labutils`` does not 
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import sys
 
 DISTRIBUTION = "loop-lab"  # pyproject.toml's project name (the handout's pyproject is derived from it; a test checks)
@@ -69,6 +70,10 @@ def check() -> None:
     ranges = supported()
     if not ranges:
         return  # not installed: no metadata to read (and maybe no site-packages at all, as under ``python -S``)
-    message = problem({name: _installed(name) for name in ranges}, ranges)
+    installed = {name: _installed(name) for name in ranges}
+    # importable without metadata (a source build on sys.path): its version is unknown, so it is not refused
+    ranges = {name: spec for name, spec in ranges.items()
+              if installed[name] is not None or importlib.util.find_spec(name) is None}
+    message = problem(installed, ranges)
     if message:
         raise UnsupportedVersion(message)

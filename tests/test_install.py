@@ -84,6 +84,16 @@ def test_import_labutils_with_an_old_torch_fails_in_one_line(tmp_path):
     assert "import torch" not in proc.stderr  # stopped before anything imported torch
 
 
+def test_a_torch_without_metadata_is_not_refused(tmp_path):
+    """torch and torchvision importable but without metadata (source builds on the path): their versions are
+    unknown, so nothing is refused."""
+    script = ("import importlib.metadata as m, labutils.versions as v\n"
+              "m.version = lambda name: (_ for _ in ()).throw(m.PackageNotFoundError(name))\n"
+              "v.check()\nprint('accepted')\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "accepted", proc.stderr
+
+
 def test_the_handout_installs_with_the_courses_range():
     """The handout's pyproject carries the course's name, Python and dependencies (the range) verbatim."""
     written = tomllib.loads(handout.pyproject())["project"]

@@ -29,7 +29,7 @@ SETUP_COMMANDS = [
 ]
 SETUP_CPU = "Set up on a CPU-only machine"
 SETUP_OWN = "Set up with the torch you already have"
-OWN_TORCH_COMMANDS = [("pip install .", "labutils and what the notebooks need (ipywidgets, ...); your torch stays")]
+OWN_TORCH_COMMANDS = [(INSTALL[0], "labutils and what the notebooks need (ipywidgets, ...); your torch stays")]
 COLAB = "On Colab"
 # Colab's cells: `!` runs a shell command, `%pip` pip in the notebook's own Python, `%env` sets a variable for it.
 COLAB_COMMANDS = [

@@ -411,7 +411,7 @@ def solution_leaks(name: str, text: str, blocks) -> list[str]:
 def test_handout_leaks_nothing_and_still_imports(tmp_path):
     release_dir = released_notebooks(tmp_path)
     root = tmp_path / "release-root"
-    for name in ("labutils", "requirements.txt"):
+    for name in ("labutils", "requirements.txt", "pyproject.toml"):  # the handout's pyproject is derived from it
         src = REPO / name
         shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir() \
             else shutil.copyfile(src, root / name)

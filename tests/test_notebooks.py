@@ -170,6 +170,43 @@ def test_solution_runs_clean_on_the_other_precision(notebook_id, executions):
     assert re.search(rf"amp\s*= '{OTHER_AMP}'", printed), "the configuration printed is not the forced precision"
 
 
+# A warning a notebook means to show would be listed here with the reason; there is none. tqdm's "IProgress not
+# found" (ipywidgets missing: every notebook opened with it) or a deprecated torch call would appear in a cell's output.
+INTENDED_WARNINGS: tuple[str, ...] = ()
+WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning\b")
+
+
+def unintended_warnings(nb) -> list[str]:
+    """The lines of every cell's printed output (stdout, stderr, error) that carry a warning nobody meant to show."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else ():
+            text = out.get("text", "") if out.output_type == "stream" else "\n".join(out.get("traceback", []))
+            found += [f"cell {i}: {line.strip()[:300]}" for line in text.splitlines()
+                      if WARNING_LINE.search(line) and not any(w in line for w in INTENDED_WARNINGS)]
+    return found
+
+
+def test_warnings_in_outputs_are_found():
+    """Check that the warning detector sees tqdm's widget warning as the notebooks once printed it, and not prose"""
+    cell = nbformat.v4.new_code_cell("x")
+    printed = ("/venv/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update jupyter and ipywidgets.\n"
+               "  from .autonotebook import tqdm as notebook_tqdm\n")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=printed),
+                    nbformat.v4.new_output("stream", name="stdout", text="no warnings here; warnings are errors\n")]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("UserWarning in prose"), cell])
+    assert unintended_warnings(nb) == ["cell 1: /venv/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please "
+                                       "update jupyter and ipywidgets."]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook_id", NOTEBOOKS)
+def test_solution_prints_no_warning(notebook_id, executions):
+    """Check that no cell of the solution notebook prints a warning the lab did not mean to show (issue 30)"""
+    done = executions[SOLUTIONS / f"{notebook_id}.ipynb", None].result()
+    assert unintended_warnings(done.nb) == []
+
+
 def _bound_names(source: str) -> set[str]:
     """Names a cell binds at top level (assignments, defs, imports)."""
     try:

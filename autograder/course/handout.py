@@ -13,17 +13,30 @@ import zipfile
 from pathlib import Path
 
 from labutils.atomic import atomic_file
+from labutils.versions import CPU_INDEX
 
 from ..layout import REPO_ROOT, reference_dir
 
 HANDOUT_DIR = "loop_lab"  # the folder the zip unpacks into
 
-# The README's commands, in order, each with the note printed beside it. tests/browser/test_student_lab.py reads
-# them back from the README in the zip and runs them.
+# The README's ways in, each a section with its commands in order and the note printed beside each. The tests read
+# them back from the README in the zip and run them (tests/browser/test_handout_setup.py, tests/test_install.py).
+VENV = ("python -m venv .venv && . .venv/bin/activate", "")
+INSTALL = ("pip install .", "labutils: the helpers and checks the notebooks import")
 SETUP_COMMANDS = [
-    ("python -m venv .venv && . .venv/bin/activate", ""),
+    VENV,
     ("pip install -r requirements.txt", "torch, JupyterLab, ... at the course's versions"),
-    ("pip install .", "labutils: the helpers and checks the notebooks import"),
+    INSTALL,
+]
+SETUP_CPU = "Set up on a CPU-only machine"
+SETUP_OWN = "Set up with the torch you already have"
+OWN_TORCH_COMMANDS = [(INSTALL[0], "labutils and what the notebooks need (ipywidgets, ...); your torch stays")]
+COLAB = "On Colab"
+# Colab's cells: `!` runs a shell command, `%pip` pip in the notebook's own Python, `%env` sets a variable for it.
+COLAB_COMMANDS = [
+    ("!test -d loop_lab || unzip -q loop-lab.zip", "the handout you uploaded, unpacked once per runtime"),
+    ("%pip install -q ./loop_lab", "labutils and what the notebooks need; Colab's torch stays"),
+    ("%env LAB_MODE=smoke", "2,048 images while you write; leave it out for the full run"),
 ]
 WORK_COMMANDS = [
     (". .venv/bin/activate", "in every new terminal"),
@@ -43,14 +56,63 @@ def _commands(commands: list[tuple[str, str]]) -> str:
     return "\n".join(f"    {command:<{width}}# {note}" if note else f"    {command}" for command, note in commands)
 
 
-README = f"""\
+def cpu_commands(root: Path = REPO_ROOT) -> list[tuple[str, str]]:
+    """The CPU-only way: the course's torch and torchvision pins from PyTorch's CPU wheel index, then the rest."""
+    pins = [line for line in student_requirements(root).splitlines() if line.startswith(("torch==", "torchvision=="))]
+    cpu_build = next(p for p in pins if p.startswith("torch==")).split("==")[1] + "+cpu"  # PEP 440: a local
+    # version (+cpu) matches a pin that has none
+    return [VENV, (f"pip install {' '.join(pins)} --index-url {CPU_INDEX}", ""),
+            ("pip install -r requirements.txt", f"the rest (the CPU build, {cpu_build}, satisfies the pin)"), INSTALL]
+
+
+def project(root: Path = REPO_ROOT) -> dict:
+    """The ``[project]`` table of the course's pyproject.toml: its name, Python and the supported torch range."""
+    import tomllib  # Python 3.11+: the instructor's side (the handout itself installs on 3.10)
+
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+
+def readme(root: Path = REPO_ROOT) -> str:
+    meta = project(root)
+    torch_range = ", ".join(d.replace(" ", "") for d in meta["dependencies"] if d.startswith(("torch>", "torch<",
+                                                                                               "torchvision")))
+    return f"""\
 # Loop Lab
 
 Write a PyTorch training loop you can trust, one notebook at a time, on FashionMNIST.
 
+## {COLAB}
+
+Upload `loop-lab.zip` to the Files pane (or fetch it there with `!wget` from where your course publishes it), upload
+a notebook from its `notebooks/` folder (File > Upload notebook) and add a first cell:
+
+{_commands(COLAB_COMMANDS)}
+
+Run it in every new runtime. FashionMNIST downloads itself the first time; to use the four `.gz` files instead (say you
+uploaded them to `/content/fashion-mnist`), add `%env LAB_DATA_DIR=/content/fashion-mnist`. `pip` keeps Colab's torch
+when it is in the supported range ({torch_range});
+otherwise `import labutils` says which to install.
+
 ## Set up (once)
 
+One of three ways. The first two install the course's pins, which need Python 3.11 or newer (numpy 2.4 does); on
+Python 3.10 take the third. The course's versions (torch with its CUDA libraries: a 5.8 GB virtualenv):
+
 {_commands(SETUP_COMMANDS)}
+
+## {SETUP_CPU}
+
+The same versions with torch and torchvision from PyTorch's CPU-only wheels, without the CUDA libraries (a fraction
+of the size):
+
+{_commands(cpu_commands(root))}
+
+## {SETUP_OWN}
+
+In the environment that has it and Jupyter (conda, a JupyterHub, your own venv), where the lab supports
+{torch_range} on Python {meta["requires-python"]}:
+
+{_commands(OWN_TORCH_COMMANDS)}
 
 FashionMNIST is read from `LAB_DATA_DIR` (a folder with the four original `.gz` files), from Debian's
 `dataset-fashion-mnist` package, or downloaded once.
@@ -74,17 +136,22 @@ The notebooks you changed, with their file names unchanged. Grading runs each on
 kernel: check that Kernel > Restart Kernel and Run All Cells works before you submit.
 """
 
-PYPROJECT = f"""\
+
+def pyproject(root: Path = REPO_ROOT) -> str:
+    """The handout's pyproject.toml: the course's name, Python and dependencies (the supported range is written once,
+    in the course's pyproject.toml), only labutils as the package."""
+    meta = project(root)
+    return f"""\
 [build-system]
 requires = ["setuptools>=64"]
 build-backend = "setuptools.build_meta"
 
 [project]
-name = "loop-lab-student"
-version = "0.1.0"
+name = {json.dumps(meta["name"])}
+version = {json.dumps(meta["version"])}
 description = "Loop Lab: the student handout (notebooks + labutils)"
-requires-python = ">=3.10"
-dependencies = ["torch>=2.4", "torchvision", "matplotlib", "tqdm", "numpy"]
+requires-python = {json.dumps(meta["requires-python"])}
+dependencies = {json.dumps(meta["dependencies"])}
 
 [tool.setuptools.packages.find]
 include = ["labutils*"]
@@ -92,6 +159,8 @@ include = ["labutils*"]
 [tool.setuptools.data-files]  # copied by `pip install .` (not by an editable install)
 "etc/jupyter" = ["{JUPYTER_SERVER_CONFIG_FILE}"]
 """
+
+
 NOT_FOR_STUDENTS = ("nbgrader", "sqlalchemy", "psycopg", "distributed", "playwright")  # grading and its tests only
 
 
@@ -134,8 +203,8 @@ def handout_members(root: Path = REPO_ROOT) -> dict[str, Path | str]:
     for path in student_labutils_files(root):
         members[f"{HANDOUT_DIR}/{path.relative_to(root).as_posix()}"] = path
     members[f"{HANDOUT_DIR}/requirements.txt"] = student_requirements(root)
-    members[f"{HANDOUT_DIR}/pyproject.toml"] = PYPROJECT
-    members[f"{HANDOUT_DIR}/README.md"] = README
+    members[f"{HANDOUT_DIR}/pyproject.toml"] = pyproject(root)
+    members[f"{HANDOUT_DIR}/README.md"] = readme(root)
     members[f"{HANDOUT_DIR}/{JUPYTER_SERVER_CONFIG_FILE}"] = json.dumps(JUPYTER_SERVER_CONFIG, indent=2) + "\n"
     return members
 

@@ -267,11 +267,14 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("resume", "07_crash_resume", (Function(
         "train_resumable", ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every",
                             "device"), "int",
-        "resumes from the newest checkpoint in `ckpt_dir` if any (`labutils.checkpoint.latest_checkpoint`, "
-        "`restore_checkpoint`), continues in the middle of the epoch (`labutils.data.set_position(train_loader, "
-        "epoch, start_batch)`), saves `ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps "
-        "(`labutils.checkpoint.save_checkpoint`), calls `on_step(step, loss)` after every optimizer step (after the "
-        "save; `loss` is that step's mean training loss as a float), returns the final global step",
+        "resumes from the newest checkpoint in `ckpt_dir` if any, newest by the step in its name, never by file time "
+        "(`labutils.checkpoint.latest_checkpoint`; `restore_checkpoint(path, *, model, optimizer, scheduler)` takes "
+        "keywords only and returns a dict whose `\"step\"` is the saved step); puts the model in train mode (it may "
+        "come in eval mode); calls `labutils.data.set_position(train_loader, epoch, start_batch)` before every epoch "
+        "(`start_batch` is 0 except right after resuming; `len(train_loader)` is the batches per epoch); saves "
+        "`ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps (`labutils.checkpoint.save_checkpoint`); "
+        "calls `on_step(step, loss)` after every optimizer step (after the save; `loss` is that step's mean training "
+        "loss as a float); no clipping; returns the final global step",
         ("on_step",)),), "resumable:check_resume", (),
         (Argument("save_every", (4, 7), "saves"), Argument("epochs", (2, 3), "loop"),
          _device("loop")),
@@ -282,7 +285,8 @@ EXERCISES: tuple[Exercise, ...] = (
                   ("mid_epoch", "epoch_order")),
          Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",)),
          Property("loop", 1, "train_resumable trains the given epochs, calls on_step after every step, returns the "
-                             "final step", ("on_step", "on_step_loss", "epochs", "return_value", "device")))),
+                             "final step",
+                  ("train_mode", "on_step", "on_step_loss", "epochs", "return_value", "device")))),
     Exercise("param_groups", "08_stretch", (Function(
         "param_groups", ("model", "weight_decay"), "list[dict]",
         "AdamW parameter groups: `weight_decay` on weights of conv/linear layers, 0.0 on biases and normalisation "
@@ -350,11 +354,11 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
                           ("loop",)),
     ("resume", "resumes"): ("the first step after a crash against the newest checkpoint on disk", ("loop",)),
     ("resume", "mid_epoch"): ("the batches of every epoch, and the first batch after resuming, against the "
-                              "loader's order", ("resumes", "exact")),
-    ("resume", "exact"): ("the final weights and optimizer state against the run that never stopped",
-                          ("resumes",)),
-    ("resume", "loop"): ("on_step's calls and losses, the steps taken at two epochs values, the device, the "
-                         "returned step", ()),
+                              "loader's order", ("resumes",)),
+    ("resume", "exact"): ("the final weights and optimizer state against the run that never stopped, when the "
+                          "resumed run trained on the same batches", ("resumes", "mid_epoch")),
+    ("resume", "loop"): ("the mode of every forward, on_step's calls and losses, the steps taken at two epochs "
+                         "values, the device, the returned step", ()),
     ("param_groups", "coverage"): ("the groups returned: at least two, every trainable parameter exactly once", ()),
     ("param_groups", "decay"): ("the weight decay of the groups holding conv and linear weights, at two values", ()),
     ("param_groups", "no_decay"): ("0.0 on the groups holding biases and norm parameters, while weights decay", ()),

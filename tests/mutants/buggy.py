@@ -922,6 +922,137 @@ def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs
     return step
 
 
+def resume_positions_only_when_resuming(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every,
+                                        device, on_step=None):
+    """Calls set_position once, when it resumes, not before every epoch: the run that never stops replays the first
+    epoch's order, the resumed run does not (issue 31: the RNG was blamed for it)."""
+    step = 0
+    per_epoch = len(train_loader)
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        set_position(train_loader, step // per_epoch, step % per_epoch)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_no_train_mode(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                         on_step=None):
+    """Never calls model.train(): a model handed over in eval mode trains without dropout."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_latest_by_file_time(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Takes the most recently modified file as the newest checkpoint: a copied or touched older file wins."""
+    step = 0
+    found = [os.path.join(ckpt_dir, name) for name in os.listdir(ckpt_dir) if name.endswith(".pt")]
+    if found:
+        latest = max(found, key=os.path.getmtime)
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_restarts_epoch_runs_on(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                                  on_step=None):
+    """Resumes at the right step but restarts the epoch from its first batch, and so takes more steps in all."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_epochs_from_the_lab(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Trains the lab's 3 epochs whatever epochs says."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, 3):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
 # --- 08 param_groups -------------------------------------------------------------------------------------------------
 
 

@@ -435,3 +435,60 @@ def test_a_redefined_helper_runs_the_check_again():
     exec("from labutils.data import MEAN, STD\ndef helper(images):\n    return ((images / 255 - MEAN) / STD)"
          ".unsqueeze(1).float()\n", namespace)
     assert properties.report_for("normalize", (namespace["normalize_images"],), checks, cache).passed
+
+
+# --- every mistake that can be judged is reported in the same run (issue 31) ------------------------------------------
+
+
+def test_a_tensor_return_does_not_hide_the_per_batch_average():
+    """Two independent mistakes in what train_one_epoch returns: both are named in one run, not one per run."""
+    def train_one_epoch(model, loader, optimizer, device):
+        model.train()
+        losses = []
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        return sum(losses) / len(losses)  # a tensor, and the average of the per-batch means
+
+    report = check_train_one_epoch(train_one_epoch, "baseline")
+    assert [f.check for f in report.failures] == ["return_value", "per_sample"], str(report)
+    assert "Not checked until that is fixed" not in str(report)
+
+
+def test_a_tensor_loss_does_not_hide_the_norms():
+    """Lab 03: a mean loss returned as a tensor costs the loop property; the norms beside it are still judged."""
+    from labutils.checks import properties
+
+    def train_one_epoch(model, loader, optimizer, scheduler, max_norm, device):
+        loss, norms = mutants.correct.clipping_canonical(model, loader, optimizer, scheduler, max_norm, device)
+        return torch.tensor(loss), norms
+
+    verdicts = properties.verdicts("clipping", check_train_one_epoch(train_one_epoch, "clipping"))
+    assert {p for p, (ok, _) in verdicts.items() if not ok} == {"loop"}, verdicts
+
+
+def test_a_swapped_pair_is_called_swapped_not_a_percentage():
+    """(accuracy, loss) instead of (loss, accuracy): the message says so; "a percentage?" only when it is one."""
+    def evaluate(model, loader, device):
+        loss, accuracy = mutants.correct.evaluate_canonical(model, loader, device)
+        return accuracy, loss
+
+    message = check_evaluate(evaluate).failures[0].message
+    assert "(loss, accuracy)" in message and "swapped" in message and "percentage" not in message, message
+    percentage = check_evaluate(mutants.buggy.evaluate_percentage).failures[0].message
+    assert "is a percentage" in percentage and "?" not in percentage, percentage
+
+
+@pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
+def test_no_message_contradicts_itself(variant):
+    """"as if save_every=7, not the save_every=7 it was given" names no mistake: a value said to be wrong differs
+    from the one given."""
+    import re
+
+    for failure in run_check(variant).failures:
+        for name, said, given in re.findall(r"as if (\w+)=([^,\s]+), not the \1=([^\s]+) it was given",
+                                            failure.message):
+            assert said != given, failure.message

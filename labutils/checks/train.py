@@ -32,8 +32,9 @@ TRAIN_STAGES = (
     # a mistake in one step's order does not hide whether the loss and its gradient are right
     ("gradient", _st_gradient, ()),
     ("clip", _st_clip, ("unscale",)),  # clipping the scaled gradients is the unscale mistake, not a clip one
-    ("norms", _st_norms, ("return_value",)),
-    ("mean_loss", _st_mean_loss, ("return_value",)),
+    # judged on what was returned whenever it holds numbers: a tensor instead of a float does not hide a wrong value
+    ("norms", _st_norms, ()),
+    ("mean_loss", _st_mean_loss, ()),
 )
 _COMMON = ("return_value", "train_mode", "grad_enabled", "device", "batches", "order", "zero_grad", "gradient",
            "mean_loss")

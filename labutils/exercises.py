@@ -246,12 +246,16 @@ EXERCISES: tuple[Exercise, ...] = (
                      _LOOP + _RETURNS + _SCHEDULER + ("clip", "norms")))),
     Exercise("checkpoint", "06_checkpointing", (
         Function("save_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler", "step"), "None",
-                 "atomic (temp file in the same folder, then `os.replace`); holds model, optimizer, scheduler, scaler "
-                 "(`None` allowed), step and RNG state (`labutils.checkpoint.capture_rng_state()`); loadable with "
-                 "`torch.load(weights_only=True)`"),
+                 "atomic (a temp file in the same folder, then `os.replace`; a fresh name from `tempfile.mkstemp("
+                 "dir=folder, prefix=f'.{name}.', suffix='.tmp')` is one the lab's crash clean-up removes; `fsync` "
+                 "before the rename is recommended, not graded); holds model, optimizer, scheduler (always given), "
+                 "scaler (`None` allowed), step and the RNG state of every generator "
+                 "(`labutils.checkpoint.capture_rng_state()`, not `torch.get_rng_state()` alone); loadable with "
+                 "`torch.load(path, weights_only=True)`"),
         Function("load_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler"), "int",
-                 "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`); returns the "
-                 "step")),
+                 "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`), loading with "
+                 "`weights_only=True` passed explicitly (its default differs across the torch versions the lab "
+                 "allows); returns the step as an int")),
         "checkpointing:check_checkpoint", (),
         (Argument("step", (37, 1205), "return_step"),
          Argument("path", ("step-000037.pt", "run-b/last.ckpt"), "complete", "a Path, then a str in a sub-folder")),

@@ -492,3 +492,18 @@ def test_no_message_contradicts_itself(variant):
         for name, said, given in re.findall(r"as if (\w+)=([^,\s]+), not the \1=([^\s]+) it was given",
                                             failure.message):
             assert said != given, failure.message
+
+
+def test_the_atomic_hint_names_a_temp_file_the_crash_clean_up_removes(tmp_path):
+    """Lab 06's hint must not suggest a fixed path + '.tmp' (the lab's clean-up never removes one): the name it
+    suggests is one remove_stale_temp_files recognises."""
+    import tempfile
+
+    from labutils.checkpoint import TEMP_PATTERN
+
+    in_place = next(v for v in BUGGY if v.name == "checkpoint_in_place")
+    message = run_check(in_place).failures[0].message
+    assert "tempfile.mkstemp(dir=folder, prefix=f'.{name}.', suffix='.tmp')" in message, message
+    fd, name = tempfile.mkstemp(dir=tmp_path, prefix=".step-000037.pt.", suffix=".tmp")
+    os.close(fd)
+    assert TEMP_PATTERN.match(os.path.basename(name))

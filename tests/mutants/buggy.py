@@ -745,6 +745,38 @@ def load_no_rng(path, model, optimizer, scheduler, scaler):
     return state["step"]
 
 
+def save_torch_rng_only(path, model, optimizer, scheduler, scaler, step):
+    """Saves torch's RNG state only: Python's, NumPy's and CUDA's generators would not come back."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step,
+             "rng": torch.get_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_torch_rng_only(path, model, optimizer, scheduler, scaler):
+    """The matching load: torch's RNG state only."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["rng"])
+    return state["step"]
+
+
+def load_restores_torch_rng_only(path, model, optimizer, scheduler, scaler):
+    """Restores torch's RNG state only, from a complete checkpoint."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["rng"]["torch"])
+    return state["step"]
+
 def load_forgets_scheduler(path, model, optimizer, scheduler, scaler):
     """The file is complete, but loading skips the scheduler."""
     state = torch.load(path, weights_only=True)

@@ -159,6 +159,10 @@ def _rs_on_step(c: ResumeCtx):
         seen = c.full_log.steps[:8]
         return [Failure("on_step", f"on_step was called with {seen}{' ...' if len(c.full_log.steps) > 8 else ''}; the "
                         f"contract calls on_step(step) after every optimizer step, with step = 1, 2, ..., {c.total}.")]
+    optimizer_steps = sum(1 for e in c.full.events if e.kind == "step")
+    if optimizer_steps != len(c.full_log.steps):  # progress reported without the training it reports
+        return [Failure("on_step", f"on_step was called {len(c.full_log.steps)} times, but optimizer.step() ran "
+                        f"{optimizer_steps} times: call on_step(step, loss) once after every optimizer step.")]
     if not c.crash.crashed and c.crash.error is None:
         return [Failure("on_step", f"train_resumable kept going after on_step raised at step {R_CRASH_AT}: let "
                         "exceptions from on_step propagate (a crash must stop the run).")]
@@ -305,6 +309,8 @@ def _rs_exact(c: ResumeCtx):
     if not c.resumed.complete:
         return NotJudged("the run started after the crash did not finish")
     first = _resumed_at(c)
+    if not any(e.kind == "step" for e in c.resumed.events):  # equal end states of untrained models show nothing
+        return NotJudged("the run after the crash took no optimizer step")
     if first is None:
         return NotJudged("needs resume_step right first: the run after the crash did not continue from a checkpoint "
                          "on disk")

@@ -507,3 +507,54 @@ def test_the_atomic_hint_names_a_temp_file_the_crash_clean_up_removes(tmp_path):
     fd, name = tempfile.mkstemp(dir=tmp_path, prefix=".step-000037.pt.", suffix=".tmp")
     os.close(fd)
     assert TEMP_PATTERN.match(os.path.basename(name))
+
+
+# --- lab 8's ungraded exercises have checks too (issue 31) -------------------------------------------------------------
+
+
+def _accelerate_loop(clip=True):
+    def train_one_epoch_accelerate(accelerator, model, loader, optimizer, scheduler, max_norm):
+        model.train()
+        total, seen, norms = 0.0, 0, []
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            accelerator.backward(loss)
+            norm = accelerator.clip_grad_norm_(model.parameters(), max_norm if clip else 1e9)
+            optimizer.step()
+            scheduler.step()
+            norms.append(norm.item())
+            total += loss.item() * len(y)
+            seen += len(y)
+        return total / seen, norms
+    return train_one_epoch_accelerate
+
+
+def test_the_accelerate_loop_is_checked():
+    report = checks.check_train_one_epoch_accelerate(_accelerate_loop())
+    assert report.passed and str(report).startswith("✓ train_one_epoch_accelerate (08_stretch)"), str(report)
+    failed = checks.check_train_one_epoch_accelerate(_accelerate_loop(clip=False))
+    assert [f.check for f in failed.failures][:1] == ["clip"], str(failed)
+
+
+def test_evaluate_without_eval_mode_is_checked():
+    def evaluate_without_eval_mode(model, loader, device):
+        loss, accuracy = 0.0, 0
+        with torch.no_grad():
+            for x, y in loader:
+                logits = model(x.to(device))
+                loss += F.cross_entropy(logits, y.to(device), reduction="sum").item()
+                accuracy += (logits.argmax(dim=1) == y.to(device)).sum().item()
+        model.train()
+        return loss / len(loader.dataset), accuracy / len(loader.dataset)
+
+    assert checks.check_evaluate_without_eval_mode(evaluate_without_eval_mode).passed
+    kept = checks.check_evaluate_without_eval_mode(mutants.correct.evaluate_canonical)
+    assert [f.check for f in kept.failures] == ["eval_mode"] and "leave model.eval() out" in str(kept), str(kept)
+    wrong = checks.check_evaluate_without_eval_mode(mutants.buggy.evaluate_percentage)
+    assert "accuracy" in [f.check for f in wrong.failures], str(wrong)
+
+
+def test_lab_8_names_its_own_notebook_for_lab_5s_loop():
+    report = check_train_one_epoch(mutants.correct.amp_canonical, "amp", notebook="08_stretch")
+    assert str(report).startswith("✓ train_one_epoch (08_stretch, lab 5's loop)"), str(report)

@@ -278,8 +278,10 @@ def loop_note(run: Run, max_norm: float | None = None) -> str:
     stable += ", train loss fell every epoch" if not rises else f", train loss rose at epoch(s) {rises}"
     norms = run.grad_norms
     if norms:
-        stable += f"; gradient norm median {statistics.median(norms):.2f}, max {max(norms):.2f}"
+        # over all steps, said so: lab 3 also prints the steady-state (second half) median, a different number
+        stable += (f"; gradient norm median over all {len(norms)} steps {statistics.median(norms):.2f}, "
+                   f"max {max(norms):.2f}")
         if max_norm is not None:
-            stable += f", {sum(n > max_norm for n in norms) / len(norms):.1%} of steps clipped at {max_norm:g}"
+            stable += f", {sum(n > max_norm for n in norms) / len(norms):.1%} of all steps clipped at {max_norm:g}"
     lines.append(stable + ".")
     return "\n".join(lines)

@@ -558,3 +558,15 @@ def test_evaluate_without_eval_mode_is_checked():
 def test_lab_8_names_its_own_notebook_for_lab_5s_loop():
     report = check_train_one_epoch(mutants.correct.amp_canonical, "amp", notebook="08_stretch")
     assert str(report).startswith("✓ train_one_epoch (08_stretch, lab 5's loop)"), str(report)
+
+
+@pytest.mark.parametrize("constants", [(0.1307, 0.3081), (0.5, 0.5), (0.485, 0.229)], ids=["mnist", "half", "imagenet"])
+def test_other_normalisation_constants_are_named(constants):
+    """MNIST's 0.1307/0.3081 (or any other pair) in lab 00: the message names the constants that were used."""
+    mean, std = constants
+
+    def normalize_images(images):
+        return ((images.float() / 255 - mean) / std).unsqueeze(1)
+
+    message = check_normalize(normalize_images).failures[0].message
+    assert f"mean {mean:.4g} and std {std:.4g} were used" in message, message

@@ -570,3 +570,10 @@ def test_other_normalisation_constants_are_named(constants):
 
     message = check_normalize(normalize_images).failures[0].message
     assert f"mean {mean:.4g} and std {std:.4g} were used" in message, message
+
+
+def test_the_trailing_group_expected_order_shows_the_micro_batches_that_remain():
+    """Lab 04: 5 micro-batches at accum_steps=2 leave one for the trailing group; its expected order shows one."""
+    drops = next(v for v in BUGGY if v.name == "drops_trailing_group")
+    details = run_check(drops).failures[0].details
+    assert details.count("backward()") == 2, details  # the student's one backward, and the one expected

@@ -40,6 +40,9 @@ from .memory import keep_freed_memory
 from .models import SmallCNN
 
 MODES = ("full", "smoke", "grade")
+# what a fast run's student reads before the text's numbers, which come from full runs
+FAST_NOTE = ("Note: the numbers in the text are from full runs; a fast run's are smaller and noisier. To answer the "
+             "questions, use your numbers from a full run (LAB_MODE=full); after a fast run only, discuss the text's.")
 FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebook needs more (e.g. three epochs)
 
 
@@ -92,7 +95,7 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)
     _state.update(notebook=notebook_id)
-    print(f"{notebook_id}: LAB_MODE={lab_mode()}" + ("  (2,048 images, short runs)" if is_fast() else ""))
+    print(f"{notebook_id}: LAB_MODE={lab_mode()}" + (f"  (2,048 images, short runs)\n{FAST_NOTE}" if is_fast() else ""))
     print(cfg.describe())
     artifacts.begin(notebook_id, lab_mode(), cfg.to_dict())
     return cfg

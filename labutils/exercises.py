@@ -233,7 +233,7 @@ EXERCISES: tuple[Exercise, ...] = (
            "`scaler.unscale_(optimizer)`, clip, `scaler.step(optimizer)`, `scaler.update()`, `scheduler.step()`; "
            "without: plain backward and step; norms are of the unscaled gradients; a step the scaler skips (its "
            "gradients overflowed) is still cleared after, and the scheduler may step then or not, its norm (inf) be "
-           "logged or left out",
+           "logged or left out; its loss counts in the mean loss",
            (_AMP_DTYPE, _max_norm("loop"), _device("loop")),  # "cpu:0": autocast's device_type is its type, "cpu"
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",)),

@@ -243,6 +243,12 @@ def _st_mean_loss(v: TrainView):
                         f"the per-sample average is {want:.4f}. They differ because the last batch has only "
                         f"{sizes[-1]} samples. Add loss.item() * len(y) per batch and divide by the number of "
                         "samples.")]
+    kept = [(n, loss) for m, n, loss in zip(v.micros, sizes, losses) if m.step not in v.skipped]
+    if v.skipped and kept and _close(value, sum(n * loss for n, loss in kept) / sum(n for n, _ in kept), rtol):
+        k = min(v.skipped)
+        return [Failure("mean_loss", f"the returned mean loss {value:.4f} leaves out the loss of step {k}, which "
+                        f"scaler.step() skipped; the per-sample average over the epoch is {want:.4f}. That loss was "
+                        "computed on real data, so it counts: add loss.item() * len(y) for every batch.", k)]
     if v.case.accum_steps > 1 and _close(value, want / v.case.accum_steps, rtol):
         return [Failure("mean_loss", f"the returned mean loss {value:.4f} is the loss divided by accum_steps; report "
                         f"the unscaled loss ({want:.4f}): add up loss.item() before dividing it for backward.")]

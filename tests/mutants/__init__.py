@@ -136,6 +136,8 @@ BUGGY = [
     Variant("backward_without_scale", "amp", b.backward_without_scale, "scale", "scaler.scale(loss).backward()"),
     Variant("amp_scaler_required", "amp", b.amp_scaler_required, "scaler_none",
             "with scaler=None, train_one_epoch raised AttributeError"),
+    Variant("amp_mean_leaves_out_skipped_step", "amp", b.amp_mean_leaves_out_skipped_step, "mean_loss",
+            "which scaler.step() skipped"),
     # 06
     Variant("checkpoint_in_place", "checkpoint", (b.save_in_place, c.load_canonical), "atomic",
             "torch.save wrote straight to step-000037.pt"),

@@ -660,6 +660,33 @@ def backward_without_scale(model, loader, optimizer, scheduler, max_norm, scaler
     return total / seen, norms
 
 
+def amp_mean_leaves_out_skipped_step(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Leaves the loss of a step the scaler skipped out of the mean: it was computed on real data, so it counts."""
+    model.train()
+    device_type = torch.device(device).type
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        if torch.isfinite(norm):  # a skipped step's gradients overflowed: its loss is left out too
+            total += loss.item() * len(y)
+            seen += len(y)
+    return total / seen, norms
+
 # --- 06 checkpointing ------------------------------------------------------------------------------------------------
 
 

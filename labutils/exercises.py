@@ -264,7 +264,7 @@ EXERCISES: tuple[Exercise, ...] = (
          Property("complete", 1, "save_checkpoint saves every part (model to RNG), loadable with weights_only=True",
                   ("loadable", "contents")),
          Property("restore", 1, "load_checkpoint restores every part: training on matches the run that never stopped",
-                  ("restore", "exact_resume")),
+                  ("restore", "exact_resume", "safe_load")),
          Property("return_step", 1, "load_checkpoint returns the saved step as an int", ("return_value",)),
          Property("scaler_none", 1, "save_checkpoint and load_checkpoint also work with scaler=None",
                   ("scaler_none",)))),
@@ -350,7 +350,8 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
                       "loss of the run with scaler=None where this one's weights went inf/nan", ("scaler",)),
     ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it", ()),
     ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present", ()),
-    ("checkpoint", "restore"): ("training on after a load against the run that never stopped", ("complete",)),
+    ("checkpoint", "restore"): ("training on after a load against the run that never stopped, and the "
+                                "weights_only=True of every torch.load it made", ("complete",)),
     ("checkpoint", "return_step"): ("the returned value against the step saved, at two step values",
                                     ("complete",)),
     ("checkpoint", "scaler_none"): ("a save and load of their own with scaler=None", ("complete",)),

@@ -206,6 +206,18 @@ def _ck_restore(c: CkptCtx):
     return []
 
 
+def _ck_safe_load(c: CkptCtx):
+    """Every torch.load in load_checkpoint passes weights_only=True: its default is True only from torch 2.6 on, and
+    the lab allows older versions, where loading a file can run code. Only a load it saw is faulted: the restore
+    property's evidence is the training on, this only adds a condition to it."""
+    loads = [e for e in (c.load.events if c.load is not None else []) if e.kind == "load"]
+    if any(e.info.get("weights_only") is not True for e in loads):
+        return [Failure("safe_load", "load_checkpoint called torch.load without weights_only=True: pass it "
+                        "explicitly (torch.load(path, weights_only=True)); its default is True only from torch 2.6 "
+                        "on, and with older versions loading a file can run code.")]
+    return []
+
+
 def _ck_return_value(c: CkptCtx):
     if c.load is None or not c.load.complete:
         return None
@@ -237,6 +249,7 @@ CKPT_STAGES = (
     ("loadable", _ck_loadable, ()),
     ("contents", _ck_contents, ("loadable",)),
     ("restore", _ck_restore, ("contents",)),
+    ("safe_load", _ck_safe_load, ()),
     ("return_value", _ck_return_value, ()),
     ("exact_resume", _ck_exact_resume, ("contents", "restore")),
     ("scaler_none", _ck_scaler_none, ("loadable",)),

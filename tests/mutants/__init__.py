@@ -150,6 +150,8 @@ BUGGY = [
     Variant("checkpoint_no_rng", "checkpoint", (b.save_no_rng, b.load_no_rng), "contents", "missing the RNG state"),
     Variant("checkpoint_torch_rng_only", "checkpoint", (b.save_torch_rng_only, b.load_torch_rng_only), "contents",
             "torch's RNG state only"),
+    Variant("checkpoint_load_without_weights_only", "checkpoint", (c.save_canonical, b.load_without_weights_only),
+            "safe_load", "weights_only=True"),
     Variant("checkpoint_load_torch_rng_only", "checkpoint", (c.save_canonical, b.load_restores_torch_rng_only),
             "restore", "restore_rng_state"),
     Variant("checkpoint_load_forgets_scheduler", "checkpoint", (c.save_canonical, b.load_forgets_scheduler),

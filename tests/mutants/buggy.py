@@ -793,6 +793,18 @@ def load_torch_rng_only(path, model, optimizer, scheduler, scaler):
     return state["step"]
 
 
+def load_without_weights_only(path, model, optimizer, scheduler, scaler):
+    """torch.load(path) without weights_only: safe only where its default is True (torch 2.6 on)."""
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_state(state["rng"])
+    return state["step"]
+
+
 def load_restores_torch_rng_only(path, model, optimizer, scheduler, scaler):
     """Restores torch's RNG state only, from a complete checkpoint."""
     state = torch.load(path, weights_only=True)

@@ -577,3 +577,40 @@ def test_the_trailing_group_expected_order_shows_the_micro_batches_that_remain()
     drops = next(v for v in BUGGY if v.name == "drops_trailing_group")
     details = run_check(drops).failures[0].details
     assert details.count("backward()") == 2, details  # the student's one backward, and the one expected
+
+
+def test_lab_8_evaluates_the_accelerate_model_at_the_precision_of_the_plain_one():
+    """The notebook's comparison cell: the same weights must give the same accuracy. accelerate's unwrap_model keeps
+    its bf16 autocast wrapper unless told not to, which made 64.26% against 64.65% for one set of weights."""
+    import contextlib
+    import io
+    import json
+    import re
+
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from labutils import evaluation
+    from labutils.data import make_loader
+    from labutils.checks.world import _images
+
+    cell = next("".join(c["source"]) for c in json.load(open("solutions/loop_lab/08_stretch.ipynb"))["cells"]
+                if c["cell_type"] == "code" and "unwrap_model" in "".join(c["source"]))
+    torch.manual_seed(0)
+    plain_model = SmallCNN(channels=(4, 8))
+    acc_model = copy.deepcopy(plain_model)
+    images = _images(64, 1)
+    val_loader = make_loader(images, torch.randint(0, 10, (64,)), 16, shuffle=False)
+    try:
+        accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+        acc_model = accelerator.prepare(acc_model)
+        namespace = {"evaluation": evaluation, "plain_model": plain_model, "acc_model": acc_model,
+                     "accelerator": accelerator, "val_loader": val_loader, "short_loader": [0] * 100,
+                     "plain_loss": 1.0, "acc_loss": 1.0}
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            exec(cell, namespace)
+    finally:
+        AcceleratorState._reset_state(True)
+    plain = namespace["plain_val_loss"], namespace["plain_acc"]
+    assert plain == (namespace["acc_val_loss"], namespace["acc_acc"]), out.getvalue()
+    assert len(set(re.findall(r"val acc ([\d.]+%)", out.getvalue()))) == 1, out.getvalue()

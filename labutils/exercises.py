@@ -262,7 +262,7 @@ EXERCISES: tuple[Exercise, ...] = (
            "`scaler.unscale_(optimizer)`, clip, `scaler.step(optimizer)`, `scaler.update()`, `scheduler.step()`; "
            "without: plain backward and step; norms are of the unscaled gradients; a step the scaler skips (its "
            "gradients overflowed) is still cleared after, and the scheduler may step then or not, its norm (inf) be "
-           "logged or left out",
+           "logged or left out; its loss counts in the mean loss",
            (_AMP_DTYPE, _max_norm("loop"), _device("loop")),  # autocast's device_type is the device's type, "cpu"
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",)),
@@ -275,12 +275,16 @@ EXERCISES: tuple[Exercise, ...] = (
                      _LOOP + _RETURNS + _SCHEDULER + ("clip", "norms")))),
     Exercise("checkpoint", "06_checkpointing", (
         Function("save_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler", "step"), "None",
-                 "atomic (temp file in the same folder, then `os.replace`); holds model, optimizer, scheduler, scaler "
-                 "(`None` allowed), step and RNG state (`labutils.checkpoint.capture_rng_state()`); loadable with "
-                 "`torch.load(weights_only=True)`"),
+                 "atomic (a temp file in the same folder, then `os.replace`; a fresh name from `tempfile.mkstemp("
+                 "dir=folder, prefix=f'.{name}.', suffix='.tmp')` is one the lab's crash clean-up removes; `fsync` "
+                 "before the rename is recommended, not graded); holds model, optimizer, scheduler (always given), "
+                 "scaler (`None` allowed), step and the RNG state of every generator "
+                 "(`labutils.checkpoint.capture_rng_state()`, not `torch.get_rng_state()` alone); loadable with "
+                 "`torch.load(path, weights_only=True)`"),
         Function("load_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler"), "int",
-                 "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`); returns the "
-                 "step")),
+                 "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`), loading with "
+                 "`weights_only=True` passed explicitly (its default differs across the torch versions the lab "
+                 "allows); returns the step as an int")),
         "checkpointing:check_checkpoint", (),
         (Argument("step", (37, 1205), "return_step"),
          Argument("path", ("step-000037.pt", "run-b/last.ckpt"), "complete", "a Path, then a str in a sub-folder")),
@@ -289,18 +293,21 @@ EXERCISES: tuple[Exercise, ...] = (
          Property("complete", 1, "save_checkpoint saves every part (model to RNG), loadable with weights_only=True",
                   ("loadable", "contents")),
          Property("restore", 1, "load_checkpoint restores every part: training on matches the run that never stopped",
-                  ("restore", "exact_resume")),
+                  ("restore", "exact_resume", "safe_load")),
          Property("return_step", 1, "load_checkpoint returns the saved step as an int", ("return_value",)),
          Property("scaler_none", 1, "save_checkpoint and load_checkpoint also work with scaler=None",
                   ("scaler_none",)))),
     Exercise("resume", "07_crash_resume", (Function(
         "train_resumable", ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every",
                             "device"), "int",
-        "resumes from the newest checkpoint in `ckpt_dir` if any (`labutils.checkpoint.latest_checkpoint`, "
-        "`restore_checkpoint`), continues in the middle of the epoch (`labutils.data.set_position(train_loader, "
-        "epoch, start_batch)`), saves `ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps "
-        "(`labutils.checkpoint.save_checkpoint`), calls `on_step(step, loss)` after every optimizer step (after the "
-        "save; `loss` is that step's mean training loss as a float), returns the final global step",
+        "resumes from the newest checkpoint in `ckpt_dir` if any, newest by the step in its name, never by file time "
+        "(`labutils.checkpoint.latest_checkpoint`; `restore_checkpoint(path, *, model, optimizer, scheduler)` takes "
+        "keywords only and returns a dict whose `\"step\"` is the saved step); puts the model in train mode (it may "
+        "come in eval mode); calls `labutils.data.set_position(train_loader, epoch, start_batch)` before every epoch "
+        "(`start_batch` is 0 except right after resuming; `len(train_loader)` is the batches per epoch); saves "
+        "`ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps (`labutils.checkpoint.save_checkpoint`); "
+        "calls `on_step(step, loss)` after every optimizer step (after the save; `loss` is that step's mean training "
+        "loss as a float); no clipping; returns the final global step",
         ("on_step",)),), "resumable:check_resume", (),
         (Argument("save_every", (4, 7), "saves"), Argument("epochs", (2, 3), "loop"),
          _device("loop")),
@@ -311,7 +318,8 @@ EXERCISES: tuple[Exercise, ...] = (
                   ("mid_epoch", "epoch_order")),
          Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",)),
          Property("loop", 1, "train_resumable trains the given epochs, calls on_step after every step, returns the "
-                             "final step", ("on_step", "on_step_loss", "epochs", "return_value", "device")))),
+                             "final step",
+                  ("train_mode", "on_step", "on_step_loss", "epochs", "return_value", "device")))),
     Exercise("param_groups", "08_stretch", (Function(
         "param_groups", ("model", "weight_decay"), "list[dict]",
         "AdamW parameter groups: `weight_decay` on weights of conv/linear layers, 0.0 on biases and normalisation "
@@ -371,7 +379,8 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
                       "loss of the run with scaler=None where this one's weights went inf/nan", ("scaler",)),
     ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it", ()),
     ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present", ()),
-    ("checkpoint", "restore"): ("training on after a load against the run that never stopped", ("complete",)),
+    ("checkpoint", "restore"): ("training on after a load against the run that never stopped, and the "
+                                "weights_only=True of every torch.load it made", ("complete",)),
     ("checkpoint", "return_step"): ("the returned value against the step saved, at two step values",
                                     ("complete",)),
     ("checkpoint", "scaler_none"): ("a save and load of their own with scaler=None", ("complete",)),
@@ -379,11 +388,11 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
                           ("loop",)),
     ("resume", "resumes"): ("the first step after a crash against the newest checkpoint on disk", ("loop",)),
     ("resume", "mid_epoch"): ("the batches of every epoch, and the first batch after resuming, against the "
-                              "loader's order", ("resumes", "exact")),
-    ("resume", "exact"): ("the final weights and optimizer state against the run that never stopped",
-                          ("resumes",)),
-    ("resume", "loop"): ("on_step's calls and losses, the steps taken at two epochs values, the device, the "
-                         "returned step", ()),
+                              "loader's order", ("resumes",)),
+    ("resume", "exact"): ("the final weights and optimizer state against the run that never stopped, when the "
+                          "resumed run trained on the same batches", ("resumes", "mid_epoch")),
+    ("resume", "loop"): ("the mode of every forward, on_step's calls and losses, the steps taken at two epochs "
+                         "values, the device, the returned step", ()),
     ("param_groups", "coverage"): ("the groups returned: at least two, every trainable parameter exactly once", ()),
     ("param_groups", "decay"): ("the weight decay of the groups holding conv and linear weights, at two values", ()),
     ("param_groups", "no_decay"): ("0.0 on the groups holding biases and norm parameters, while weights decay", ()),

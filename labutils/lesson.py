@@ -41,6 +41,9 @@ from .memory import keep_freed_memory
 from .models import SmallCNN
 
 MODES = ("full", "smoke", "grade")
+# what a fast run's student reads before the text's numbers, which come from full runs
+FAST_NOTE = ("Note: the numbers in the text are from full runs; a fast run's are smaller and noisier. To answer the "
+             "questions, use your numbers from a full run (LAB_MODE=full); after a fast run only, discuss the text's.")
 FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebook needs more (e.g. three epochs)
 
 
@@ -98,7 +101,7 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)
     _state.update(notebook=notebook_id)
-    print(f"{notebook_id}: LAB_MODE={lab_mode()}" + ("  (2,048 images, short runs)" if is_fast() else ""))
+    print(f"{notebook_id}: LAB_MODE={lab_mode()}" + (f"  (2,048 images, short runs)\n{FAST_NOTE}" if is_fast() else ""))
     print(hardware(cfg, chosen))
     print(cfg.describe())
     artifacts.begin(notebook_id, lab_mode(), cfg.to_dict())
@@ -292,8 +295,10 @@ def loop_note(run: Run, max_norm: float | None = None) -> str:
     stable += ", train loss fell every epoch" if not rises else f", train loss rose at epoch(s) {rises}"
     norms = run.grad_norms
     if norms:
-        stable += f"; gradient norm median {statistics.median(norms):.2f}, max {max(norms):.2f}"
+        # over all steps, said so: lab 3 also prints the steady-state (second half) median, a different number
+        stable += (f"; gradient norm median over all {len(norms)} steps {statistics.median(norms):.2f}, "
+                   f"max {max(norms):.2f}")
         if max_norm is not None:
-            stable += f", {sum(n > max_norm for n in norms) / len(norms):.1%} of steps clipped at {max_norm:g}"
+            stable += f", {sum(n > max_norm for n in norms) / len(norms):.1%} of all steps clipped at {max_norm:g}"
     lines.append(stable + ".")
     return "\n".join(lines)

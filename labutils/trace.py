@@ -349,6 +349,8 @@ class Tracer:
             else:
                 f = args[1] if kind == "save" else (args[0] if args else kwargs.get("f"))
                 info = {"target": target_of(f)}
+                if kind == "load":  # its default changed in torch 2.6: a load that relies on it is unsafe before
+                    info["weights_only"] = kwargs.get("weights_only")
             event = self.record(kind, info)
             out = original(*args, **kwargs)
             event.info["exists"] = self._exists()

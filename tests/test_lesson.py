@@ -98,3 +98,24 @@ def test_a_notebook_keeps_freed_memory_instead_of_faulting_it_in_every_step(full
     plain, started = faults("plain"), faults("start")
     assert plain > 10 * 1_000  # glibc's default: the activations are faulted in again in every pass
     assert started < plain / 5, (started, plain)
+
+
+def test_the_loop_note_says_which_steps_its_median_is_over():
+    """Lab 03 prints the steady-state median and the loop note's median: the note must say it is over all steps, so
+    the two numbers do not contradict each other (issue 31)."""
+    run = lesson.Run("clip 1")
+    run._history = [{"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_acc": 0.5, "seconds": 1.0,
+                     "eval_seconds": 0.1, "samples_per_s": 10.0}]
+    run._grad_norms = [3.0, 2.0, 1.0, 0.5]
+    note = lesson.loop_note(run, max_norm=1.0)
+    assert "median over all 4 steps 1.50" in note and "50.0% of all steps clipped at 1" in note, note
+
+
+def test_a_fast_run_says_which_numbers_the_text_and_the_questions_use(monkeypatch, capsys, tmp_path):
+    """In smoke mode the text's numbers (92%, a safety net of 2.0) are not the student's: the banner says so, and
+    which numbers the written questions want (issue 31)."""
+    monkeypatch.setenv("LAB_MODE", "smoke")
+    monkeypatch.setenv("LAB_ARTIFACTS", str(tmp_path))
+    lesson.start("03_clipping")
+    out = capsys.readouterr().out
+    assert "the numbers in the text are from full runs" in out and "answer the questions" in out, out

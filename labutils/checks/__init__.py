@@ -21,7 +21,8 @@ The modules, shared parts first, then one per exercise in the order of the lab:
   what a call left behind, as records the grader's judge replays (:mod:`autograder.hidden.recheck`).
 - ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in
   ``train_order``, ``train_amp`` and ``train_values``; ``evaluate`` (01); ``checkpointing`` (06); ``resumable`` (07);
-  ``param_groups`` (08); ``show``: show_trace; ``properties``: the graded properties judged from one report.
+  ``param_groups`` (08), ``stretch`` (08's ungraded exercises); ``show``: show_trace; ``properties``: the graded
+  properties judged from one report.
 """
 
 from importlib import import_module
@@ -31,6 +32,7 @@ from .calling import SimulatedCrash
 from .properties import assert_property
 from .report import CheckReport, Failure
 from .show import show_trace
+from .stretch import check_evaluate_without_eval_mode, check_train_one_epoch_accelerate
 
 
 def _registered_checks() -> dict:
@@ -40,4 +42,5 @@ def _registered_checks() -> dict:
 
 globals().update(_registered_checks())
 __all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "assert_property",
-           "show_trace", *sorted({e.check_name for e in EXERCISES})]
+           "check_evaluate_without_eval_mode", "check_train_one_epoch_accelerate", "show_trace",
+           *sorted({e.check_name for e in EXERCISES})]

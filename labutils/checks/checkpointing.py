@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import LinearLR
 
 from .. import exercises
-from ..checkpoint import compare_states
+from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer
 from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _scratch,
@@ -32,7 +32,7 @@ class _Objects:
 
 
 def _ckpt_objects(seed: int, scaler: bool = True) -> _Objects:
-    torch.manual_seed(seed)
+    set_seed(seed)  # every generator: a load that restores torch's alone leaves Python's and NumPy's elsewhere
     model = _tiny_model(dropout=0.5, gain=1.0)  # dropout: the resumed run needs the RNG state too
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # moment estimates: optimizer state matters
     scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=10)
@@ -60,7 +60,7 @@ def _state_of(o: _Objects) -> dict:
     return copy.deepcopy({"model": o.model.state_dict(), "optimizer": o.optimizer.state_dict(),
                           "scheduler": o.scheduler.state_dict(),
                           "scaler": o.scaler.state_dict() if o.scaler is not None else None,
-                          "rng": torch.get_rng_state()})
+                          "rng": capture_rng_state()})
 
 
 # what a complete checkpoint holds: how to recognise it in any key layout, and how to describe it
@@ -69,7 +69,8 @@ _PARTS = {
     "optimizer": ("the optimizer state (AdamW's moment estimates and step counts)", "optimizer.state_dict()"),
     "scheduler": ("the scheduler state (how far the learning-rate schedule has gone)", "scheduler.state_dict()"),
     "scaler": ("the GradScaler state (its current loss scale)", "scaler.state_dict()"),
-    "rng": ("the RNG state (dropout masks after resuming would differ)", "capture_rng_state()"),
+    "rng": ("the RNG state of every generator (torch's, Python's, NumPy's: dropout masks and any other draw after "
+            "resuming would differ)", "capture_rng_state()"),
     "step": ("the step number", "step"),
 }
 
@@ -89,8 +90,10 @@ def _find_parts(ckpt, model_keys: set, step: int) -> dict:
                 return "scheduler"
             if {"scale", "_growth_tracker"} <= keys:
                 return "scaler"
+            if {"python", "numpy", "torch"} <= keys:
+                return "rng"  # capture_rng_state(): every generator
         if isinstance(obj, torch.Tensor) and obj.dtype == torch.uint8 and obj.numel() == rng_size:
-            return "rng"
+            return "torch_rng"  # torch.get_rng_state() alone
         return None
 
     def walk(obj, path):
@@ -141,7 +144,9 @@ def _ck_atomic(c: CkptCtx):
         if e.kind == "save" and e.info["target"] and Path(e.info["target"]).resolve() == c.path.resolve():
             return [Failure("atomic", f"torch.save wrote straight to {c.path.name}: a crash during the write leaves a "
                             "truncated file under the real name (and the previous checkpoint is already gone). Save "
-                            "to a temp file in the same folder (str(path) + '.tmp'), then os.replace(tmp, path).",
+                            "to a temp file in the same folder, then os.replace(tmp, path); make it with "
+                            "tempfile.mkstemp(dir=folder, prefix=f'.{name}.', suffix='.tmp'), which the lab's crash "
+                            "clean-up removes (a fixed name such as path + '.tmp' is never cleaned up).",
                             None, _beside(c.save.events, 0, len(c.save.events), _CKPT_ORDER, c.save.events.index(e),
                                           "your save_checkpoint"))]
     first = next((e for e in c.save.events if e.info.get("exists", {}).get(final)), None)
@@ -177,7 +182,11 @@ def _ck_contents(c: CkptCtx):
     found = ", ".join(str(k) for k in c.ckpt) or "nothing"
     failures = []
     for part, (what, how) in _PARTS.items():
-        if part not in c.parts:
+        if part == "rng" and part not in c.parts and "torch_rng" in c.parts:
+            failures.append(Failure("contents", "the checkpoint holds torch's RNG state only (torch.get_rng_state()): "
+                                    "Python's and NumPy's generators (and CUDA's on a GPU) would not come back. Save "
+                                    "capture_rng_state() and restore it with restore_rng_state() in load_checkpoint."))
+        elif part not in c.parts:
             failures.append(Failure("contents", f"the checkpoint is missing {what} (its keys: {found}): a resumed run "
                                     f"would differ from one that never stopped. Save {how} in it and restore it in "
                                     "load_checkpoint."))
@@ -194,6 +203,18 @@ def _ck_restore(c: CkptCtx):
         if compare_states(c.saved[part], c.loaded[part]):
             return [Failure("restore", f"after load_checkpoint, {_PARTS[part][0]} differs from what was saved: "
                             f"restore it with {fix}.")]
+    return []
+
+
+def _ck_safe_load(c: CkptCtx):
+    """Every torch.load in load_checkpoint passes weights_only=True: its default is True only from torch 2.6 on, and
+    the lab allows older versions, where loading a file can run code. Only a load it saw is faulted: the restore
+    property's evidence is the training on, this only adds a condition to it."""
+    loads = [e for e in (c.load.events if c.load is not None else []) if e.kind == "load"]
+    if any(e.info.get("weights_only") is not True for e in loads):
+        return [Failure("safe_load", "load_checkpoint called torch.load without weights_only=True: pass it "
+                        "explicitly (torch.load(path, weights_only=True)); its default is True only from torch 2.6 "
+                        "on, and with older versions loading a file can run code.")]
     return []
 
 
@@ -228,6 +249,7 @@ CKPT_STAGES = (
     ("loadable", _ck_loadable, ()),
     ("contents", _ck_contents, ("loadable",)),
     ("restore", _ck_restore, ("contents",)),
+    ("safe_load", _ck_safe_load, ()),
     ("return_value", _ck_return_value, ()),
     ("exact_resume", _ck_exact_resume, ("contents", "restore")),
     ("scaler_none", _ck_scaler_none, ("loadable",)),

@@ -77,9 +77,23 @@ def _ev_return_value(v: EvalView):
     if problem:
         return [Failure("return_value", problem + ".")]
     if not 0.0 <= r[1] <= 1.0:
-        return [Failure("accuracy", f"the accuracy {r[1]:.4g} is outside [0, 1]" +
-                        (" (a percentage?): return correct / n_samples." if 1 < r[1] <= 100 else "."))]
+        return [_out_of_range(v, float(r[0]), float(r[1]))]
     return []
+
+
+def _out_of_range(v: EvalView, loss: float, accuracy: float) -> Failure:
+    """An accuracy outside [0, 1], with its cause when the numbers show one: the pair swapped, or a percentage."""
+    if _numbers(v) is None:
+        outputs = _outputs(v)
+        want_loss = _means(outputs, lambda o, y: F.cross_entropy(o, y).item())[0]
+        want_acc = _means(outputs, lambda o, y: (o.argmax(dim=1) == y).float().mean().item())[0]
+        if _close(loss, want_acc, 1e-6) and _close(accuracy, want_loss, 1e-4):
+            return Failure("return_value", f"evaluate returned ({loss:.4f}, {accuracy:.4f}), the accuracy and the loss "
+                           "swapped: the contract returns (loss, accuracy), the loss first.")
+        if _close(accuracy / 100, want_acc, 1e-6):
+            return Failure("accuracy", f"the accuracy {accuracy:.4g} is a percentage ({want_acc:.4f} as a fraction): "
+                           "return correct / n_samples, a fraction in [0, 1].")
+    return Failure("accuracy", f"the accuracy {accuracy:.4g} is outside [0, 1]: return correct / n_samples.")
 
 
 def _first_forward_with(v: EvalView, flag: str, prop: str, what_went_wrong: str) -> list[Failure]:

@@ -93,8 +93,15 @@ def _judge_decay(report: CheckReport, groups: list[dict], names: dict, wd: float
                 message = f"{names[id(p)]} has weight_decay={decay}{unset}: {why}."
             found[kind].append(Failure(kind, message))
     held = {p.ndim <= 1 for g in groups for p in g["params"] if id(p) in names}
-    decay_ok = report.judge("weight_decay", found["weight_decay"] if False in held else NotJudged(
-        "no conv or linear weight is in any group"))
+    decays = {group.get("weight_decay", default) for group in groups if group["params"]}
+    if False not in held:
+        weight_decay = NotJudged("no conv or linear weight is in any group")
+    elif decays == {wd}:  # AdamW(model.parameters(), weight_decay=wd) does that by default: no evidence of groups
+        weight_decay = NotJudged(f"every parameter is decayed by weight_decay={wd}, which is what AdamW does without "
+                                 "any groups: nothing shows the grouping yet (biases and norm parameters get 0.0)")
+    else:
+        weight_decay = found["weight_decay"]
+    decay_ok = report.judge("weight_decay", weight_decay)
     if True not in held:
         no_decay = NotJudged("no bias or normalisation parameter is in any group")
     elif not found["no_decay"] and not decayed_weights:

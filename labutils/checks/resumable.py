@@ -5,6 +5,7 @@ must continue after the last checkpoint, in the middle of the epoch, and end bit
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,11 +72,13 @@ class ResumeCtx:
     epoch_batches: list  # epoch -> list of (x, y) in the order of that epoch
     total: int
     on_disk: list[int]  # the steps of the checkpoints in ckpt_dir when the run crashed, as on disk
+    touched: int | None = None  # the older checkpoint the check made the most recently modified file
 
 
 def _resume_objects(images, labels):
     torch.manual_seed(SEED)
     model = _tiny_model(dropout=0.25, gain=1.0)  # dropout: resuming is exact only with the RNG state restored too
+    model.eval()  # as after an evaluation: a loop that never calls model.train() trains without dropout
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     total_steps = R_EPOCHS * math.ceil(R_IMAGES / BATCH)
     scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
@@ -111,7 +114,8 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
         found.append(Failure("epochs", f"{words}train_resumable took {len(log.steps)} optimizer steps, as if epochs="
                              f"{as_if}, not the epochs={epochs} it was given ({total} steps): loop over range(epochs)."))
     saved = saved_steps(ckpt_dir)
-    if log.missing or any(s % save_every for s in saved):
+    never_saved = [s for s in log.missing if s not in saved]  # saved late (after on_step) is the main run's finding
+    if never_saved or any(s % save_every for s in saved):
         odd = [s for s in saved if s % save_every] or saved
         every = odd[0] if odd else None
         as_if = f"as if save_every={every}, " if every else ""
@@ -129,16 +133,36 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
     return found
 
 
+def _touch_older(ckpt_dir: Path, on_disk: list[int]) -> int | None:
+    """Make an older checkpoint the most recently modified file, as copying or restoring a backup does: the newest
+    checkpoint is the one with the highest step, and a loop that picks by file time shows. Returns its step."""
+    if len(on_disk) < 2:
+        return None
+    older = ckpt_dir / f"step-{on_disk[-2]:06d}.pt"
+    newest = (ckpt_dir / f"step-{on_disk[-1]:06d}.pt").stat().st_mtime
+    os.utime(older, (newest + 60, newest + 60))
+    return on_disk[-2]
+
+
 def _rs_on_step(c: ResumeCtx):
     if not c.full.complete:
         return NotJudged("the uninterrupted run did not finish")
     if not c.full_log.steps:
         return [Failure("on_step", f"on_step was never called: the contract calls on_step(step) after every optimizer "
                         f"step, with step = 1, 2, ..., {c.total}.")]
+    per_epoch = len(c.epoch_batches[0])
+    taken = len(c.full_log.steps)
+    if taken != c.total and c.full_log.steps == list(range(1, taken + 1)) and taken % per_epoch == 0:  # other epochs
+        return [Failure("epochs", f"train_resumable took {taken} optimizer steps, as if epochs={taken // per_epoch}, "
+                        f"not the epochs={R_EPOCHS} it was given ({c.total} steps): loop over range(epochs).")]
     if c.full_log.steps != list(range(1, c.total + 1)):
         seen = c.full_log.steps[:8]
         return [Failure("on_step", f"on_step was called with {seen}{' ...' if len(c.full_log.steps) > 8 else ''}; the "
                         f"contract calls on_step(step) after every optimizer step, with step = 1, 2, ..., {c.total}.")]
+    optimizer_steps = sum(1 for e in c.full.events if e.kind == "step")
+    if optimizer_steps != len(c.full_log.steps):  # progress reported without the training it reports
+        return [Failure("on_step", f"on_step was called {len(c.full_log.steps)} times, but optimizer.step() ran "
+                        f"{optimizer_steps} times: call on_step(step, loss) once after every optimizer step.")]
     if not c.crash.crashed and c.crash.error is None:
         return [Failure("on_step", f"train_resumable kept going after on_step raised at step {R_CRASH_AT}: let "
                         "exceptions from on_step propagate (a crash must stop the run).")]
@@ -172,10 +196,28 @@ def _rs_on_step_loss(c: ResumeCtx):
 
 
 def _rs_return_value(c: ResumeCtx):
-    for run, when in ((c.full, ""), (c.resumed, " after resuming")):
-        if run.complete and not _is_step(run.result, c.total):
+    """The step of the last on_step call is what it must return: a run that took too many or too few steps is
+    judged for that by the other stages, not here as well."""
+    if not c.full_log.steps:
+        return NotJudged("on_step was never called, so the final step is unknown")
+    for run, log, when in ((c.full, c.full_log, ""), (c.resumed, c.resumed_log, " after resuming")):
+        final = log.steps[-1] if log.steps else None
+        if run.complete and isinstance(final, int) and not _is_step(run.result, final):
             return [Failure("return_value", f"train_resumable returned {_show(run.result)}{when}; the contract "
-                            f"returns the final global step ({c.total} here).")]
+                            f"returns the final global step ({final} here, its last on_step).")]
+    return []
+
+
+def _rs_train_mode(c: ResumeCtx):
+    """The model comes in eval mode (as after an evaluation): every training forward must run in train mode."""
+    forwards = [e for e in c.full.events if e.kind == "forward"]
+    if not forwards:
+        return NotJudged("train_resumable never called the model")
+    for i, event in enumerate(forwards):
+        if not event.info["training"]:
+            return [Failure("train_mode", f"the forward of step {i + 1} ran in eval mode: the model came in eval mode "
+                            "(as after an evaluation) and the loop never switched it back, so dropout was off while "
+                            "training. Call model.train() before the loop.", i + 1)]
     return []
 
 
@@ -205,7 +247,11 @@ def _rs_resume_step(c: ResumeCtx):
     first = c.resumed_log.steps[0]
     if first == last + 1:
         return []
-    if first == 1:
+    if c.touched is not None and first == c.touched + 1:
+        msg = (f"the second run resumed from step-{c.touched:06d}.pt, the file modified most recently (the check "
+               f"touched it, as a copy or a backup does), not from the newest checkpoint step-{last:06d}.pt: choose "
+               "the newest checkpoint by the step in its name (latest_checkpoint(ckpt_dir)), never by file time.")
+    elif first == 1:
         msg = (f"the second run started again at step 1: it did not resume from the newest checkpoint "
                f"(step-{last:06d}.pt). Load it with latest_checkpoint(ckpt_dir) and checkpoint.restore_checkpoint, "
                "and continue from the step it holds.")
@@ -215,29 +261,69 @@ def _rs_resume_step(c: ResumeCtx):
     return [Failure("resume_step", msg, first)]
 
 
+def _resumed_at(c: ResumeCtx) -> int | None:
+    """The first step of the run after the crash, when it resumed from a checkpoint on disk (the step after it)."""
+    first = c.resumed_log.steps[0] if c.resumed_log.steps else None
+    return first if isinstance(first, int) and first > 1 and first - 1 in c.on_disk else None
+
+
+def _rs_mid_epoch(c: ResumeCtx):
+    """The first batch after resuming is the one the loader's order has for that step (evidence of its own: it does
+    not need the end states to match)."""
+    first = c.resumed_log.steps[0] if c.resumed_log.steps else None
+    per_epoch = len(c.epoch_batches[0])
+    if not isinstance(first, int) or first <= 1:
+        return NotJudged("the run after the crash did not resume from a checkpoint")
+    want_epoch, want_batch = divmod(first - 1, per_epoch)
+    if want_epoch >= len(c.epoch_batches) or want_batch == 0:
+        return NotJudged(f"the run after the crash resumed at step {first}, not in the middle of an epoch")
+    first_forward = next((e for e in c.resumed.events if e.kind == "forward"), None)
+    if first_forward is None:
+        return NotJudged("the run after the crash never called the model")
+    if _match(first_forward.data.get("x"), c.epoch_batches[want_epoch]) == want_batch:
+        return []
+    seen = next(((ep, j) for ep, batches in enumerate(c.epoch_batches)
+                 if (j := _match(first_forward.data.get("x"), batches)) is not None), None)
+    what = f"epoch {seen[0] + 1} batch {seen[1] + 1}" if seen else "a batch the loader does not give"
+    return [Failure("mid_epoch", f"after resuming at step {first} the first batch was {what}, but step {first} is "
+                    f"epoch {want_epoch + 1} batch {want_batch + 1} of the loader's order: continue in the middle of "
+                    "the epoch with set_position(train_loader, epoch, start_batch).", first)]
+
+
+def _other_batches(c: ResumeCtx, first: int) -> int | None:
+    """The first step at or after ``first`` where the resumed run trained on another batch than the run that never
+    stopped (None: the same batches all along, so their end states can be compared)."""
+    full = [e for e in c.full.events if e.kind == "forward"][first - 1:]
+    resumed = [e for e in c.resumed.events if e.kind == "forward"]
+    for k, (a, b) in enumerate(zip(full, resumed)):
+        x, y = a.data.get("x"), b.data.get("x")
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                and torch.equal(x, y)):
+            return first + k
+    return None if len(full) == len(resumed) else first + min(len(full), len(resumed))
+
+
 def _rs_exact(c: ResumeCtx):
+    """Judged only on isolating evidence: a run that resumed from a checkpoint on disk and trained on the same
+    batches as the run that never stopped; a difference then lies in what was restored."""
     if not c.resumed.complete:
         return NotJudged("the run started after the crash did not finish")
+    first = _resumed_at(c)
+    if not any(e.kind == "step" for e in c.resumed.events):  # equal end states of untrained models show nothing
+        return NotJudged("the run after the crash took no optimizer step")
+    if first is None:
+        return NotJudged("needs resume_step right first: the run after the crash did not continue from a checkpoint "
+                         "on disk")
+    other = _other_batches(c, first)
+    if other is not None:
+        return NotJudged(f"after resuming, step {other} trained on another batch than the run that never stopped, so "
+                         "their end states cannot be compared until the batches are right")
     diffs = compare_states(c.final_full, c.final_resumed)
     if not diffs:
         return []
-    last = c.on_disk[-1] if c.on_disk else 0
-    per_epoch = len(c.epoch_batches[0])
-    want_epoch, want_batch = divmod(last, per_epoch)
-    first_forward = next((e for e in c.resumed.events if e.kind == "forward"), None)
-    if first_forward is not None:
-        where = [(ep, j) for ep, batches in enumerate(c.epoch_batches)
-                 if (j := _match(first_forward.data["x"], batches)) is not None]
-        if where and where[0] != (want_epoch, want_batch):
-            ep, j = where[0]
-            return [Failure("mid_epoch", f"after resuming at step {last + 1} the first batch was epoch {ep + 1} "
-                            f"batch {j + 1}, but the run that never stopped used epoch {want_epoch + 1} batch "
-                            f"{want_batch + 1} there: continue in the middle of the epoch with "
-                            "set_position(train_loader, epoch, start_batch).", last + 1)]
-    return [Failure("exact_resume", _first_resumed_step_difference(c, last + 1) or
+    return [Failure("exact_resume", _first_resumed_step_difference(c, first) or
                     f"the resumed run ended with a different state than the run that never stopped (first difference: "
-                    f"{diffs[0]}): restore everything from the checkpoint (checkpoint.restore_checkpoint) and continue "
-                    "with the same batches.", last + 1)]
+                    f"{diffs[0]}): restore everything from the checkpoint (checkpoint.restore_checkpoint).", first)]
 
 
 def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
@@ -284,13 +370,15 @@ def _rs_epoch_order(c: ResumeCtx):
 
 
 RESUME_STAGES = (
+    ("train_mode", _rs_train_mode, ()),
     ("on_step", _rs_on_step, ()),
     ("on_step_loss", _rs_on_step_loss, ()),
     ("return_value", _rs_return_value, ()),
     ("save_every", _rs_save_every, ("on_step",)),
     ("resume_step", _rs_resume_step, ("on_step",)),
-    ("exact_resume", _rs_exact, ("resume_step",)),
     ("epoch_order", _rs_epoch_order, ()),
+    ("mid_epoch", _rs_mid_epoch, ("epoch_order",)),  # an epoch order already wrong shows there first, not twice
+    ("exact_resume", _rs_exact, ()),
 )
 
 
@@ -316,6 +404,7 @@ def check_resume(train_fn) -> CheckReport:
         if full.complete:
             crash, _ = _resume_run(train_fn, images, labels, dirs[1], crash_log)
             on_disk = saved_steps(dirs[1])
+            touched = _touch_older(dirs[1], on_disk)
             resumed, final_resumed = _resume_run(train_fn, images, labels, dirs[1], resumed_log)
             runs += [(crash, f" (in the run meant to crash at step {R_CRASH_AT})"), (resumed, " (when resuming)")]
         else:
@@ -331,10 +420,8 @@ def check_resume(train_fn) -> CheckReport:
             report.failures.append(_reference_failure("train_resumable", run.reference))
             return report
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
-                    epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk)
+                    epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk, touched if full.complete else None)
     _run_stages(report, RESUME_STAGES, ctx, names)
-    report.judge("mid_epoch", [] if report.passed_on_evidence("exact_resume") else
-                 NotJudged(report.unjudged.get("exact_resume", "the resumed run could not be compared")))
     if full.complete:  # the arguments it must honour, judged whatever else went wrong
         with _isolated(), _scratch() as tmp:
             varied = _varied(train_fn, images, labels, Path(tmp))

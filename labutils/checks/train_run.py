@@ -224,11 +224,13 @@ class TrainView:
             return (tail_end(self.steps[-1]) if self.steps else 0), len(self.events)
         return (tail_end(self.steps[k - 2]) if k > 1 else 0), tail_end(self.steps[k - 1])
 
-    def expected_order(self, first: bool) -> list[str]:
+    def expected_order(self, first: bool, micro_batches: int | None = None) -> list[str]:
+        """The order of one optimizer step, with ``micro_batches`` forwards (accum_steps unless the group is the
+        trailing partial one)."""
         case, amp = self.case, self.case.amp_dtype is not None
         lines = ["model.train()  (once, at the start)"] if first else []
         lines.append("optimizer.zero_grad()")
-        for _ in range(case.accum_steps):
+        for _ in range(case.accum_steps if micro_batches is None else micro_batches):
             lines.append("forward" + (" (autocast)" if amp else "") + " (train mode, grad on)")
             if case.scaler is not None:
                 lines.append("scaler.scale(loss)")
@@ -251,7 +253,14 @@ class TrainView:
             lo, hi = min(lo, mark), max(hi, mark + 1)
         title = f"your loop, step {k}" if k is not None else "your loop, after the last step" if self.steps else \
             "your loop"
-        return _beside(self.events, lo, hi, self.expected_order(first=lo == 0), mark, title)
+        return _beside(self.events, lo, hi, self.expected_order(first=lo == 0, micro_batches=self._window_size(k)),
+                       mark, title)
+
+    def _window_size(self, k: int | None) -> int | None:
+        """How many micro-batches step ``k`` should take (None: after the last step, the group that follows it), so
+        the expected order of a trailing partial group shows only the micro-batches that remain."""
+        index = len(self.steps) if k is None else k - 1
+        return self.case.windows[index] if 0 <= index < len(self.case.windows) else None
 
 
 def _run_train(fn, case: TrainCase) -> TrainView:

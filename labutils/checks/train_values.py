@@ -5,6 +5,7 @@ of the mean cross-entropy, at the loop's own parameters), clipping, the logged n
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -175,7 +176,10 @@ def _st_clip(v: TrainView):
 def _st_norms(v: TrainView):
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
-    norms = v.run.result[1]
+    norms = _returned(v, 1)
+    norms = [_loss_value(n) for n in norms] if isinstance(norms, (list, tuple)) else [None]
+    if None in norms:
+        return NotJudged("the returned norms are not a list of numbers")
     if not v.accepted:
         return NotJudged("no step's gradient could be checked, so its norm cannot be (fix the gradient first)")
     for k, got in zip(_norm_steps(v, norms) or range(1, len(norms) + 1), norms):  # a wrong count: return_value's
@@ -198,13 +202,31 @@ def _st_norms(v: TrainView):
     return []
 
 
+def _returned(v: TrainView, index: int):
+    """Part ``index`` of the returned pair (the mean loss, the norms), or the whole result when no pair is due; None
+    when the result has no such part (return_value says why)."""
+    result = v.run.result
+    if v.exercise not in ("clipping", "accumulation", "amp"):
+        return result if index == 0 else None
+    return result[index] if isinstance(result, (tuple, list)) and len(result) == 2 else None
+
+
+def _loss_value(value) -> float | None:
+    """A returned number (the mean loss, a norm), also when it came back as a one-element tensor: its value is judged
+    even though its type is return_value's mistake (one run reports both)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach().float().cpu())
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+
+
 def _st_mean_loss(v: TrainView):
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
     if not v.micros or any(m.batch is None for m in v.micros):
         return NotJudged("no training forward on the loader's batches was observed, so there is no loss to average")
-    result = v.run.result
-    value = float(result[0] if isinstance(result, (tuple, list)) else result)
+    value = _loss_value(_returned(v, 0))
+    if value is None:
+        return NotJudged("the returned mean loss is not a number")
     sizes = [len(v.case.batches[m.batch][1]) for m in v.micros]
     losses = [v.ref(m)[1] for m in v.micros]
     want = sum(n * loss for n, loss in zip(sizes, losses)) / sum(sizes)
@@ -221,6 +243,12 @@ def _st_mean_loss(v: TrainView):
                         f"the per-sample average is {want:.4f}. They differ because the last batch has only "
                         f"{sizes[-1]} samples. Add loss.item() * len(y) per batch and divide by the number of "
                         "samples.")]
+    kept = [(n, loss) for m, n, loss in zip(v.micros, sizes, losses) if m.step not in v.skipped]
+    if v.skipped and kept and _close(value, sum(n * loss for n, loss in kept) / sum(n for n, _ in kept), rtol):
+        k = min(v.skipped)
+        return [Failure("mean_loss", f"the returned mean loss {value:.4f} leaves out the loss of step {k}, which "
+                        f"scaler.step() skipped; the per-sample average over the epoch is {want:.4f}. That loss was "
+                        "computed on real data, so it counts: add loss.item() * len(y) for every batch.", k)]
     if v.case.accum_steps > 1 and _close(value, want / v.case.accum_steps, rtol):
         return [Failure("mean_loss", f"the returned mean loss {value:.4f} is the loss divided by accum_steps; report "
                         f"the unscaled loss ({want:.4f}): add up loss.item() before dividing it for backward.")]

@@ -660,6 +660,33 @@ def backward_without_scale(model, loader, optimizer, scheduler, max_norm, scaler
     return total / seen, norms
 
 
+def amp_mean_leaves_out_skipped_step(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Leaves the loss of a step the scaler skipped out of the mean: it was computed on real data, so it counts."""
+    model.train()
+    device_type = torch.device(device).type
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            norm = clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+        scheduler.step()
+        norms.append(norm.item())
+        if torch.isfinite(norm):  # a skipped step's gradients overflowed: its loss is left out too
+            total += loss.item() * len(y)
+            seen += len(y)
+    return total / seen, norms
+
 # --- 06 checkpointing ------------------------------------------------------------------------------------------------
 
 
@@ -744,6 +771,50 @@ def load_no_rng(path, model, optimizer, scheduler, scaler):
         scaler.load_state_dict(state["scaler"])
     return state["step"]
 
+
+def save_torch_rng_only(path, model, optimizer, scheduler, scaler, step):
+    """Saves torch's RNG state only: Python's, NumPy's and CUDA's generators would not come back."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step,
+             "rng": torch.get_rng_state()}
+    torch.save(state, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
+def load_torch_rng_only(path, model, optimizer, scheduler, scaler):
+    """The matching load: torch's RNG state only."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["rng"])
+    return state["step"]
+
+
+def load_without_weights_only(path, model, optimizer, scheduler, scaler):
+    """torch.load(path) without weights_only: safe only where its default is True (torch 2.6 on)."""
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_state(state["rng"])
+    return state["step"]
+
+
+def load_restores_torch_rng_only(path, model, optimizer, scheduler, scaler):
+    """Restores torch's RNG state only, from a complete checkpoint."""
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["rng"]["torch"])
+    return state["step"]
 
 def load_forgets_scheduler(path, model, optimizer, scheduler, scaler):
     """The file is complete, but loading skips the scheduler."""
@@ -919,6 +990,137 @@ def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs
             if step % save_every == 0:
                 save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
                                 scheduler=scheduler, step=step)
+    return step
+
+
+def resume_positions_only_when_resuming(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every,
+                                        device, on_step=None):
+    """Calls set_position once, when it resumes, not before every epoch: the run that never stops replays the first
+    epoch's order, the resumed run does not (issue 31: the RNG was blamed for it)."""
+    step = 0
+    per_epoch = len(train_loader)
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        set_position(train_loader, step // per_epoch, step % per_epoch)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_no_train_mode(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                         on_step=None):
+    """Never calls model.train(): a model handed over in eval mode trains without dropout."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_latest_by_file_time(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Takes the most recently modified file as the newest checkpoint: a copied or touched older file wins."""
+    step = 0
+    found = [os.path.join(ckpt_dir, name) for name in os.listdir(ckpt_dir) if name.endswith(".pt")]
+    if found:
+        latest = max(found, key=os.path.getmtime)
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_restarts_epoch_runs_on(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                                  on_step=None):
+    """Resumes at the right step but restarts the epoch from its first batch, and so takes more steps in all."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_epochs_from_the_lab(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Trains the lab's 3 epochs whatever epochs says."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, 3):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step)
+            if on_step is not None:
+                on_step(step, loss.item())
     return step
 
 

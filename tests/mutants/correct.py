@@ -429,13 +429,13 @@ def load_canonical(path, model, optimizer, scheduler, scaler):
 
 
 def save_nested(path, model, optimizer, scheduler, scaler, step):
-    """Other key names, nested dicts, torch's RNG directly, a hidden temp name, os.rename."""
+    """Other key names, nested dicts, the RNG states under another key, a hidden temp name, os.rename."""
     folder, name = os.path.split(os.fspath(path))
     tmp = os.path.join(folder, "." + name + ".partial")
     states = {"net": model.state_dict(), "optim": optimizer.state_dict(), "sched": scheduler.state_dict()}
     if scaler is not None:
         states["grad_scaler"] = scaler.state_dict()
-    torch.save({"states": states, "meta": {"global_step": step, "torch_rng": torch.get_rng_state()}}, tmp)
+    torch.save({"states": states, "meta": {"global_step": step, "generators": capture_rng_state()}}, tmp)
     os.rename(tmp, path)
 
 
@@ -447,7 +447,7 @@ def load_nested(path, model, optimizer, scheduler, scaler):
     scheduler.load_state_dict(ckpt["states"]["sched"])
     if scaler is not None:
         scaler.load_state_dict(ckpt["states"]["grad_scaler"])
-    torch.set_rng_state(ckpt["meta"]["torch_rng"])
+    restore_rng_state(ckpt["meta"]["generators"])
     return int(ckpt["meta"]["global_step"])
 
 

@@ -44,9 +44,10 @@ DO_NOTHING = [
     *_stubs("amp", d.train_amp_release, d.train_amp_zero, d.train_amp_empty_norms),
     *_stubs("checkpoint", (d.save_release, d.load_release), (d.save_nothing, d.load_zero),
             (d.save_empty_dict, d.load_zero), (d.save_empty_dict, d.load_returns_step_key)),
-    *_stubs("resume", d.resumable_release, d.resumable_zero, d.resumable_returns_nothing),
+    *_stubs("resume", d.resumable_release, d.resumable_zero, d.resumable_returns_nothing,
+            d.resumable_reports_progress),
     *_stubs("param_groups", d.param_groups_release, d.param_groups_one_no_decay, d.param_groups_empty,
-            d.param_groups_one_decayed),
+            d.param_groups_one_decayed, d.param_groups_adamw_default),
 ]
 
 PARTIAL = [
@@ -54,7 +55,6 @@ PARTIAL = [
     Stub("baseline:forward_only", "baseline", p.train_forward_only, frozenset({"train_mode"})),
     Stub("evaluate:modes_only", "evaluate", p.evaluate_modes_but_constant_numbers,
          frozenset({"eval_mode", "no_grad", "restore_mode"})),
-    Stub("param_groups:decays_everything", "param_groups", p.param_groups_decays_everything, frozenset({"decay"})),
     Stub("param_groups:split_without_decay", "param_groups", p.param_groups_split_without_decay,
          frozenset({"coverage"})),
     Stub("checkpoint:atomic_save_only", "checkpoint", (p.save_atomic_complete, d.load_zero),

@@ -178,6 +178,25 @@ def resumable_returns_nothing(model, optimizer, scheduler, train_loader, epochs,
     model.train()
 
 
+
+def resumable_reports_progress(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                               on_step=None):
+    """Reports, saves and resumes every step, but never trains: progress without evidence of training."""
+    from labutils.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+
+    latest = latest_checkpoint(ckpt_dir)
+    step = 0 if latest is None else restore_checkpoint(latest, model=model, optimizer=optimizer)["step"]
+    model.train()
+    while step < epochs * len(train_loader):
+        step += 1
+        if step % save_every == 0:
+            save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
+                            scheduler=scheduler, step=step)
+        if on_step is not None:
+            on_step(step, 2.3)
+    return step
+
+
 # --- 08 param_groups -------------------------------------------------------------------------------------------------
 
 
@@ -195,3 +214,8 @@ def param_groups_empty(model, weight_decay):
 
 def param_groups_one_decayed(model, weight_decay):
     return [{"params": list(model.parameters()), "weight_decay": 0.0 * weight_decay}]
+
+
+def param_groups_adamw_default(model, weight_decay):
+    """What AdamW(model.parameters(), weight_decay=weight_decay) does by default: one group, everything decayed."""
+    return [{"params": list(model.parameters()), "weight_decay": weight_decay}]

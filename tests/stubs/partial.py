@@ -35,11 +35,6 @@ def evaluate_modes_but_constant_numbers(model, loader, device):
     return 0.0, 0.0
 
 
-def param_groups_decays_everything(model, weight_decay):
-    """Every parameter in one group decayed by weight_decay: covers and decays, but decays biases and norms too."""
-    return [{"params": list(model.parameters()), "weight_decay": weight_decay}]
-
-
 def save_atomic_complete(path, model, optimizer, scheduler, scaler, step):
     """A complete checkpoint written atomically, paired with a load that restores nothing."""
     from labutils.checkpoint import capture_rng_state

@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
 
 from .gradebook import read_rows
@@ -83,10 +84,12 @@ FEEDBACK_CSS = ('<style id="looplab-feedback">'
 
 
 def style_feedback(path: Path) -> None:
-    """Add :data:`FEEDBACK_CSS` to one feedback page (once)."""
-    html = path.read_text(encoding="utf-8")
-    if 'id="looplab-feedback"' not in html and "</head>" in html:
-        write_atomically(path, html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1).encode("utf-8"))
+    """Give one feedback page (once) its Content-Security-Policy, so nothing on it runs or fetches anything, opened
+    from disk or served (:data:`autograder.course.sanitize.PAGE_CSP`), and :data:`FEEDBACK_CSS`."""
+    html = sanitize.with_page_csp(path.read_text(encoding="utf-8"))
+    if 'id="looplab-feedback"' not in html:
+        html = html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1)
+    write_atomically(path, html.encode("utf-8"))
 
 
 def write_all(result, db_url: str) -> None:

@@ -89,6 +89,20 @@ def inert_block(clean: str) -> str:
     return f'<div class="looplab-shown">{body}</div>'
 
 
+def markdown_page(title: str, markdown: str) -> str:
+    """A whole HTML page of ``markdown`` that we wrote around students' text (``summary.md``): raw HTML in it shown
+    as text, links cleaned, under :data:`PAGE_CSP`. Rendered by mistune alone (linear; no math), tables included."""
+    import mistune
+
+    body = clean_html(mistune.create_markdown(escape=True, plugins=["table"])(markdown))
+    return with_page_csp(f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+                         f"<style>{PAGE_CSS}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+PAGE_CSS = ("body { font-family: sans-serif; max-width: 70em; margin: 1em auto; padding: 0 1em; } "
+            "table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; } "
+            "code { background: #f4f4f4; }")
+
 _HEAD = re.compile(r"<head(\s[^>]*)?>", re.I)
 
 

@@ -32,40 +32,41 @@ KERNEL_METADATA = {  # this lab's notebooks are Python: nothing the student's ke
 IMAGES = ("image/png", "image/jpeg", "image/gif")
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*\Z")
 _CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
-TIMED_OUT = "rendering took too long: shown as typed"
+TIMED_OUT = "This text took too long to render (nbconvert's markdown), so it is shown as typed."
 
 
-def display_copy(nb: nbformat.NotebookNode, *, render: bool) -> nbformat.NotebookNode:
+def display_copy(nb: nbformat.NotebookNode, *, render: bool, note: str = "") -> nbformat.NotebookNode:
     """The notebook a person may open: ``nb``'s cells and outputs through the allow-list (the module's docstring).
-    ``render=False`` shows markdown as typed, in linear time (the fallback when rendering timed out)."""
+    ``render=False`` shows markdown as typed, in linear time, each cell under ``note`` (say why, e.g.
+    :data:`TIMED_OUT`)."""
     copy = v4.new_notebook(metadata=dict(KERNEL_METADATA))
     for cell in nb.get("cells", []):
-        copy.cells.append(_cell(cell, render))
+        copy.cells.append(_cell(cell, render, note))
     return copy
 
 
-def write_display_copy(source: Path, dest: Path, *, render: bool) -> None:
+def write_display_copy(source: Path, dest: Path, *, render: bool, note: str = "") -> None:
     """:func:`display_copy` of the notebook at ``source`` written to ``dest`` atomically (a run killed meanwhile
     leaves the previous copy, never half of one)."""
     nb = nbformat.read(source, as_version=4)
     tmp = dest.with_name(f".{dest.name}.tmp")
-    nbformat.write(display_copy(nb, render=render), tmp)
+    nbformat.write(display_copy(nb, render=render, note=note), tmp)
     os.replace(tmp, dest)
 
 
-def _shown_markdown(source: str, render: bool) -> str:
-    clean = sanitize.markdown_html(source) if render else sanitize.plain_html(source)
+def _shown_markdown(source: str, render: bool, note: str) -> str:
+    clean = sanitize.markdown_html(source) if render else sanitize.plain_html(source, note)
     return sanitize.inert_block(clean)
 
 
-def _cell(cell, render: bool) -> nbformat.NotebookNode:
+def _cell(cell, render: bool, note: str) -> nbformat.NotebookNode:
     source = _text(cell.get("source"))
     kind = cell.get("cell_type")
     if kind == "code":
-        new = v4.new_code_cell(source, outputs=[_output(o, render) for o in cell.get("outputs", []) or []],
+        new = v4.new_code_cell(source, outputs=[_output(o, render, note) for o in cell.get("outputs", []) or []],
                                execution_count=_count(cell.get("execution_count")))
     else:  # markdown, raw, or anything invented: shown, never run or passed through
-        new = v4.new_markdown_cell(_shown_markdown(source, render and kind == "markdown"))
+        new = v4.new_markdown_cell(_shown_markdown(source, render and kind == "markdown", note))
     nbgrader = cell.get("metadata", {}).get("nbgrader")
     if isinstance(nbgrader, dict):  # the gradebook's (grading restores it): formgrader's score boxes hang on it
         new.metadata["nbgrader"] = nbgrader
@@ -74,7 +75,7 @@ def _cell(cell, render: bool) -> nbformat.NotebookNode:
     return new
 
 
-def _output(output, render: bool) -> nbformat.NotebookNode:
+def _output(output, render: bool, note: str) -> nbformat.NotebookNode:
     kind = output.get("output_type")
     if kind == "stream":
         name = output.get("name") if output.get("name") in ("stdout", "stderr") else "stdout"
@@ -82,20 +83,20 @@ def _output(output, render: bool) -> nbformat.NotebookNode:
     if kind == "error":
         return v4.new_output("error", ename=_text(output.get("ename")), evalue=_text(output.get("evalue")),
                              traceback=[_text(line) for line in output.get("traceback") or []])
-    data = _rich_data(output.get("data") or {}, render)
+    data = _rich_data(output.get("data") or {}, render, note)
     if kind == "execute_result":
         return v4.new_output("execute_result", data=data, execution_count=_count(output.get("execution_count")))
     return v4.new_output("display_data", data=data)
 
 
-def _rich_data(data: dict, render: bool) -> dict:
+def _rich_data(data: dict, render: bool, note: str) -> dict:
     """A display's mimebundle through the allow-list; what was dropped is named in its ``text/plain``."""
     kept = {}
     if isinstance(data.get("text/html"), (str, list)):
         text, left_out = sanitize.cut(_text(data["text/html"]))
         kept["text/html"] = sanitize.clean_html(text) + sanitize.cut_note(left_out)
     elif isinstance(data.get("text/markdown"), (str, list)):
-        kept["text/html"] = _shown_markdown(_text(data["text/markdown"]), render)  # an inert block is HTML too
+        kept["text/html"] = _shown_markdown(_text(data["text/markdown"]), render, note)  # an inert block is HTML too
     for mime in IMAGES:
         if isinstance(data.get(mime), str) and _BASE64.match(data[mime]):
             kept[mime] = data[mime]

@@ -179,6 +179,7 @@ def _feedback_or_note(course: Path, task: Task, ctx: context.TaskContext) -> str
     if outcome != "done":
         ctx.notes.append(f"feedback: rendering the written answers and outputs {outcome} "
                          f"({RENDER_S:g} s allowed): they are shown as typed")
+        display.write_display_copy(raw, graded, render=False, note=display.TIMED_OUT)  # linear, like the first
         outcome = process.within(RENDER_S, lambda: _generate_feedback(course, task))
     ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
     if outcome != "done":

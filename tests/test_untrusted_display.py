@@ -129,6 +129,9 @@ def test_rendering_that_takes_too_long_is_cut_and_the_plain_copy_is_fast():
     copy = display.display_copy(huge, render=False)
     assert time.monotonic() - t0 < 5
     assert len(copy.cells[0].source) < 2 * sanitize.DISPLAY_CHARS and "more characters not shown" in copy.cells[0].source
+    slow = v4.new_notebook(cells=[v4.new_markdown_cell(SLOW_MATH)])
+    noted = display.display_copy(slow, render=False, note=display.TIMED_OUT).cells[0].source
+    assert "took too long to render" in noted and "&#92;begin{x}" in noted  # the page says why it is shown as typed
 
 
 def test_pages_we_write_carry_the_policy_first():

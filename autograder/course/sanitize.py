@@ -24,7 +24,8 @@ DISPLAY_CHARS = 100_000  # of one answer or output shown to a person; the rest i
 
 # nh3's default tags without image maps (``area`` carries a link nh3 does not see as one)
 TAGS = frozenset(nh3.ALLOWED_TAGS) - {"area", "map"}
-URL_SCHEMES = frozenset({"http", "https", "mailto"})  # a link is followed only by a click, never by opening the page
+# a link is followed only by a click, never by opening the page; data: only for an <img> (:func:`_local_image`)
+URL_SCHEMES = frozenset({"http", "https", "mailto", "data"})
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]*\Z")
 
 # Pages we write (feedback, summary.html): nothing runs, nothing is fetched but the page's own inline CSS and data:
@@ -42,16 +43,20 @@ SERVER_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eva
 
 def _local_image(tag: str, attribute: str, value: str) -> str | None:
     """nh3's attribute filter: an ``<img>`` keeps its ``src`` only when it is a data: raster image (a remote or
-    server-relative one would be fetched the moment the page opens)."""
+    server-relative one would be fetched the moment the page opens); no other attribute holds a data: URL."""
     if tag == "img" and attribute == "src":
         return value if _DATA_IMAGE.match(value) else None
-    return value
+    return None if value.strip().lower().startswith("data:") else value
+
+
+_IMAGE_WITHOUT_SOURCE = re.compile(r'<img(?: (?!src=)[a-z-]+="[^"]*")*>')  # nh3's output: attributes quoted
 
 
 def clean_html(text: str) -> str:
-    """``text`` (a student's HTML) with only inert, local markup left."""
-    return nh3.clean(text, tags=set(TAGS), clean_content_tags={"script", "style", "template", "textarea", "title"},
-                     attribute_filter=_local_image, url_schemes=set(URL_SCHEMES), strip_comments=True)
+    """``text`` (a student's HTML) with only inert, local markup left; an image whose source was removed says so."""
+    clean = nh3.clean(text, tags=set(TAGS), clean_content_tags={"script", "style", "template", "textarea", "title"},
+                      attribute_filter=_local_image, url_schemes=set(URL_SCHEMES), strip_comments=True)
+    return _IMAGE_WITHOUT_SOURCE.sub("<em>[image not shown: not embedded in the notebook]</em>", clean)
 
 
 def cut(text: str, limit: int = DISPLAY_CHARS) -> tuple[str, int]:

@@ -33,8 +33,8 @@ _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s
 PAGE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
             "base-uri 'none'; form-action 'none'")
 # The course's Jupyter server (formgrader, JupyterLab): JupyterLab and nbgrader's pages need their own inline and
-# eval'd scripts, so scripts are the sanitiser's job there; the policy keeps every request on the server itself, so a
-# script that did run could send nothing out and no page loads a remote image, style or font.
+# eval'd scripts, so scripts are the sanitiser's job there; the policy keeps every fetch, image, style, font and frame
+# on the server itself (CSP does not cover a script navigating the window away).
 SERVER_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; "
               "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; "
               "connect-src 'self'; frame-src 'self' blob:; worker-src 'self' blob:; object-src 'none'; "

@@ -8,26 +8,35 @@ After ``python -m autograder grade SUBMISSIONS --out OUT``, OUT is an nbgrader c
     OUT/submitted/<student>/loop_lab/    what each student handed in
     OUT/autograded/<student>/loop_lab/   the notebooks as graded (outputs, hidden tests): what formgrader shows
 
-so ``jupyter lab`` started in OUT opens it in formgrader (Nbgrader > Formgrader) with every submission and its
+so ``jupyter lab --config=jupyter_server_config.json`` (:data:`SERVER_ARGS`) started in OUT opens it in formgrader (Nbgrader > Formgrader) with every submission and its
 autograded scores, written answers are scored by hand there, and :func:`export_grades` (``python -m autograder
 export --out OUT``) writes every student's total, manual points included. Grading again keeps the manual scores
 (:func:`autograder.results.gradebook.store_in_gradebook`).
+
+What a student wrote is shown there only as a display copy (:mod:`.display`), and ``jupyter_server_config.json``
+(:func:`server_config`) makes that server read-only for the course, kernel- and terminal-free, with a
+Content-Security-Policy (:mod:`.serving`).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 from ..layout import ASSIGNMENT, autograded_folder, submitted_folder
+from . import display, sanitize
 from .nbgrader_setup import nbgrader_config, sqlite_url
 
 CONFIG_NAME = "nbgrader_config.py"
 EXPORT_NAME = "nbgrader_export.csv"  # grades.csv is the autograder's own (autograded points per notebook)
 
-_HEADER = """\
-# Written by `python -m autograder grade`: this folder is an nbgrader course. Start `jupyter lab` here and open
-# Nbgrader > Formgrader to grade the written answers; `python -m autograder export --out .` writes the totals.
+SERVER_CONFIG_NAME = "jupyter_server_config.json"  # the Jupyter server's settings for this course
+SERVER_ARGS = (f"--config={SERVER_CONFIG_NAME}",)  # `jupyter lab` run in OUT with these serves it safely
+_HEADER = f"""\
+# Written by `python -m autograder grade`: this folder is an nbgrader course. Start
+# `jupyter lab {' '.join(SERVER_ARGS)}` here and open Nbgrader > Formgrader to grade the written
+# answers; `python -m autograder export --out .` writes the totals.
 import os
 
 c = get_config()  # noqa: F821 (given by traitlets)
@@ -50,7 +59,20 @@ def config_text(out: Path, db_url: str) -> str:
         else:
             value_text = repr(value)
         lines.append(f"c.CourseDirectory.{key} = {value_text}")
+    lines += ["# nbgrader's own autograde (formgrader's button) would run the students' code unconfined, as you",
+              'c.Autograde.sanitize_preprocessors = ["autograder.course.serving.RefuseAutograde"]']
     return "\n".join(lines) + "\n"
+
+
+def server_config() -> dict:
+    """The Jupyter server settings of a course folder (:mod:`.serving`): its contents read-only, no kernel, no
+    terminal, every page under :data:`autograder.course.sanitize.SERVER_CSP`."""
+    return {"ServerApp": {
+        "contents_manager_class": "autograder.course.serving.ReadOnlyCourse",
+        "kernel_manager_class": "autograder.course.serving.NoKernels",
+        "terminals_enabled": False,
+        "tornado_settings": {"headers": {"Content-Security-Policy": sanitize.SERVER_CSP}},
+    }}
 
 
 def write_course(the_plan, outcomes: dict) -> list[str]:
@@ -62,6 +84,7 @@ def write_course(the_plan, outcomes: dict) -> list[str]:
         if (template / folder / ASSIGNMENT).is_dir():
             shutil.copytree(template / folder / ASSIGNMENT, out / folder / ASSIGNMENT, dirs_exist_ok=True)
     (out / CONFIG_NAME).write_text(config_text(out, the_plan.db_url))
+    (out / SERVER_CONFIG_NAME).write_text(json.dumps(server_config(), indent=1) + "\n")
     notes = []
     for sub in the_plan.submissions:
         submitted, autograded = submitted_folder(out, sub.student), autograded_folder(out, sub.student)
@@ -82,8 +105,8 @@ def write_course(the_plan, outcomes: dict) -> list[str]:
             graded = Path(outcome.autograded or "/nonexistent")  # the journal's copy (autograder.results.journal)
             if graded.is_file():
                 shutil.copyfile(graded, autograded / f"{nb}.ipynb")
-            else:  # graded on another machine: formgrader shows the notebook as handed in, without outputs
-                shutil.copyfile(sub.notebooks[nb], autograded / f"{nb}.ipynb")
+            else:  # graded on another machine: formgrader shows the notebook as handed in, as typed
+                display.write_display_copy(Path(sub.notebooks[nb]), autograded / f"{nb}.ipynb", render=False)
                 notes.append(f"{sub.student}/{nb}: formgrader shows the submitted notebook (no outputs): the graded "
                              "one stayed on its worker")
     return notes

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from labutils.atomic import write_atomically
 
+from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
 
 from .gradebook import read_rows
@@ -97,10 +98,12 @@ FEEDBACK_CSS = ('<style id="looplab-feedback">'
 
 
 def style_feedback(path: Path) -> None:
-    """Add :data:`FEEDBACK_CSS` to one feedback page (once)."""
-    html = path.read_text(encoding="utf-8")
-    if 'id="looplab-feedback"' not in html and "</head>" in html:
-        write_atomically(path, html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1).encode("utf-8"))
+    """Give one feedback page (once) its Content-Security-Policy, so nothing on it runs or fetches anything, opened
+    from disk or served (:data:`autograder.course.sanitize.PAGE_CSP`), and :data:`FEEDBACK_CSS`."""
+    html = sanitize.with_page_csp(path.read_text(encoding="utf-8"))
+    if 'id="looplab-feedback"' not in html:
+        html = html.replace("</head>", FEEDBACK_CSS + "\n</head>", 1)
+    write_atomically(path, html.encode("utf-8"))
 
 
 def late_line(path: Path, late: Lateness | None, penalty: float) -> None:

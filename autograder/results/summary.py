@@ -1,5 +1,5 @@
 """The class summary: summary.md (score distribution, every test's failures, the concepts missed by root cause, the
-notes) and summary.png, for the instructor who reads one page instead of a folder of JSON."""
+notes), the same as summary.html (rendered by :func:`autograder.course.sanitize.markdown_page`) and summary.png, for the instructor who reads one page instead of a folder of JSON."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ from pathlib import Path
 from labutils import exercises
 from labutils.atomic import write_atomically
 
+from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
 
 from .journal import kill_point
+
+
+SUMMARY_HTML = "summary.html"  # summary.md rendered safely: students' text in it is shown, never run
 
 
 def write_summary(out: Path, records: list[dict], test_max: dict, result) -> None:
@@ -79,7 +83,9 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         for student, notes in noted:
             lines += [f"- **{student}**: " + "; ".join(first_line(x, 200) for x in notes)]
     lines.append("")
-    write_atomically(out / "summary.md", "\n".join(lines).encode())
+    markdown = "\n".join(lines)
+    write_atomically(out / "summary.md", markdown.encode())
+    write_atomically(out / SUMMARY_HTML, sanitize.markdown_page(f"Loop Lab grades: {ASSIGNMENT}", markdown).encode())
     kill_point("summary")  # a test's: the summary written, its plot not yet
     _plot(out / "summary.png", totals, max_total, failures, n)
 

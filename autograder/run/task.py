@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import shutil
 import time
 import traceback
 from pathlib import Path
 
-from autograder import layout
+from autograder import layout, process
+from autograder.course import display
 from autograder.sandbox import context
 
 from . import execute
@@ -26,6 +28,8 @@ from autograder.layout import ASSIGNMENT
 from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, in_cell_order
 from autograder.course.nbgrader_setup import nbgrader_config, run_converter, sqlite_url
 from autograder.sandbox.client import Zygote, ZygoteError, base_policy, kernel_env
+
+RENDER_S = 30.0  # for the feedback page of one notebook (0.3-0.6 s measured; nbconvert took 105 s on hostile math)
 
 
 def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
@@ -146,22 +150,53 @@ def _autograde(course: Path, student: str, run: RunConfig) -> None:
 
 
 def _feedback_or_note(course: Path, task: Task, ctx: context.TaskContext) -> str | None:
-    """The HTML feedback's path; feedback is a courtesy: the grade stands without it (a note says why)."""
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.preprocessors import GetGrades
+    """The HTML feedback's path; feedback is a courtesy: the grade stands without it (a note says why).
 
+    The autograded notebook is first replaced by its display copy (:mod:`autograder.course.display`): what the
+    feedback page, the journal and formgrader show. Its plain form is written here, in linear time, so a raw
+    notebook never leaves the task; rendering its markdown and writing the page then run in a child with
+    :data:`RENDER_S` to finish (nbconvert's markdown is quadratic on some text); if it does not, the page is written
+    from the plain copy, with a note."""
+    graded = layout.autograded_notebook(course, task.student, task.notebook)
+    if not graded.exists():
+        return None
+    raw = course.parent / "autograded-raw.ipynb"  # the notebook as graded (outside the course nbgrader reads)
+    os.replace(graded, raw)
+    t0 = time.monotonic()
     try:
-        t0 = time.monotonic()
-        c = nbgrader_config(course, student=task.student)
-        c.GenerateFeedback.preprocessors = [ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
-        run_converter(GenerateFeedback, c)
-        ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
+        display.write_display_copy(raw, graded, render=False)
     except Exception as exc:
         ctx.notes.append(f"feedback could not be written: {type(exc).__name__}: {exc}")
         return None
     html = course / "feedback" / task.student / ASSIGNMENT / f"{task.notebook}.html"
+
+    def rendered():
+        display.write_display_copy(raw, graded, render=True)
+        _generate_feedback(course, task)
+
+    outcome = process.within(RENDER_S, rendered)
+    if outcome != "done":
+        ctx.notes.append(f"feedback: rendering the written answers and outputs {outcome} "
+                         f"({RENDER_S:g} s allowed): they are shown as typed")
+        display.write_display_copy(raw, graded, render=False, note=display.TIMED_OUT)  # linear, like the first
+        outcome = process.within(RENDER_S, lambda: _generate_feedback(course, task))
+    ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
+    if outcome != "done":
+        ctx.notes.append(f"feedback could not be written: generating the page {outcome} ({RENDER_S:g} s allowed)")
+        html.unlink(missing_ok=True)
+        return None
     return str(html) if html.exists() else None
+
+
+def _generate_feedback(course: Path, task: Task) -> None:
+    """nbgrader's feedback page of the task's (display copy of the) autograded notebook, hidden tests scrubbed."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.preprocessors import GetGrades
+
+    c = nbgrader_config(course, student=task.student)
+    c.GenerateFeedback.preprocessors = [ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+    run_converter(GenerateFeedback, c)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -99,7 +99,8 @@ def handout(built_handout, tmp_path):
 
 @pytest.fixture(scope="session")
 def graded_class(tmp_path_factory):
-    """The tiny class (alice correct, bob with a zero_grad bug) graded once by ``python -m autograder grade``."""
-    from .grading import grade_class
+    """The tiny class (alice correct, bob with a zero_grad bug, dan the stubs, mallory the attacker) graded once by
+    ``python -m autograder grade``."""
+    from .grading import HOSTILE, STUDENTS, grade_class
 
-    return grade_class(tmp_path_factory.mktemp("class"))
+    return grade_class(tmp_path_factory.mktemp("class"), (*STUDENTS, HOSTILE))

@@ -4,6 +4,8 @@ Three students, each submitting lab 1 as a student would: the released notebook 
 hidden tests) with the exercise cells filled in from the mutant corpus the way tests/autograder_cases/build.py does,
 and the written question answered. ``alice`` is correct; ``bob`` calls ``zero_grad()`` between ``backward()`` and
 ``step()``, the mistake the student journey types in the browser; ``dan`` hands the release in as it is (the stubs).
+The browser tests' session class adds ``mallory`` (:data:`HOSTILE`), whose correct code and written answer carry
+the attacks of :mod:`.hostile` (issue 28): every page that shows them must show them inert.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import nbformat
 try:
     import mutants
     from autograder_cases import build
+    from browser import hostile
 except ImportError:
     from tests import mutants
     from tests.autograder_cases import build
+    from tests.browser import hostile
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = "01_baseline"
@@ -35,6 +39,7 @@ STUDENTS = {  # student -> (train_one_epoch, evaluate, written answer)
     "bob": ("zero_grad_before_step", "evaluate_canonical", "Training would be slower, I think."),
     "dan": (None, None, None),  # nothing written: the release's stubs
 }
+HOSTILE = "mallory"  # correct code, and script in her answer, her outputs and her function's output (.hostile)
 ANSWER_ID = "answer_zero_grad_order"  # the written answer's grade_id in 01_baseline
 GRADE_ARGS = ("-j", "2", "--timeout-cell", "60", "--timeout-notebook", "120")
 
@@ -61,6 +66,8 @@ class GradedClass:
 
 
 def submission(student: str) -> nbformat.NotebookNode:
+    if student == HOSTILE:
+        return hostile_submission()
     train, evaluate, answer = STUDENTS[student]
     nb = nbformat.read(REPO / "notebooks" / f"{NOTEBOOK}.ipynb", as_version=4)
     if train is None:
@@ -71,8 +78,20 @@ def submission(student: str) -> nbformat.NotebookNode:
     return nb
 
 
-def write_submissions(dest: Path) -> Path:
-    for student in STUDENTS:
+def hostile_submission() -> nbformat.NotebookNode:
+    """alice's correct notebook, with :mod:`.hostile`'s answer, an output cell after the training function, and a
+    training function that shows HTML wherever it runs (the graded tests included)."""
+    nb = submission("alice")
+    correct = mutants.source(VARIANTS["baseline_canonical"])
+    renamed = correct.replace("def train_one_epoch(", "def _looplab_train_one_epoch(", 1)
+    nb = build.with_function(nb, ("train_one_epoch",), renamed + "\n\n\n" + hostile.function_wrapper())
+    nb = build.insert_cell(nb, "train_one_epoch", hostile.output_cell(), after=True)
+    nb.cells[build.test_cell_index(nb, ANSWER_ID)].source = hostile.written_answer()
+    return nb
+
+
+def write_submissions(dest: Path, students=tuple(STUDENTS)) -> Path:
+    for student in students:
         (dest / student).mkdir(parents=True)
         nbformat.write(submission(student), dest / student / f"{NOTEBOOK}.ipynb")
     return dest
@@ -84,8 +103,8 @@ def grade(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProc
                            *extra], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
-def grade_class(tmp: Path) -> GradedClass:
-    submissions = write_submissions(tmp / "submissions")
+def grade_class(tmp: Path, students=tuple(STUDENTS)) -> GradedClass:
+    submissions = write_submissions(tmp / "submissions", students)
     out = tmp / "out"
     proc = grade(submissions, out)
     if proc.returncode != 0:

@@ -18,6 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.course.formgrader import SERVER_ARGS
+
 from .conftest import ENABLE
 from .grading import ANSWER_ID, NOTEBOOK, REPO, GradedClass, grade, submission
 
@@ -76,7 +78,7 @@ def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_cl
     course = graded.out
     autograded, code_max = graded.autograded(STUDENT)
     code_score = f"{autograded:g} / {code_max:g}"  # formgrader's Code Score column
-    server = jupyter(course)  # formgrader reads nbgrader_config.py from the server's folder
+    server = jupyter(course, *SERVER_ARGS)  # as docs/instructor.md says; formgrader reads nbgrader_config.py there
     formgrader = open_submission(page, server, STUDENT, code_score)
 
     score = formgrader.locator(f"#{ANSWER_ID}")  # the written answer's score box

@@ -3,13 +3,12 @@ and the styled feedback pages; then the class summary (:mod:`.summary`)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
 from autograder.layout import ASSIGNMENT
 
+from .csvcells import write_csv
 from .gradebook import read_rows
 from .journal import write_atomically
 from .summary import write_summary
@@ -96,11 +95,7 @@ def write_all(result, db_url: str) -> None:
             style_feedback(Path(outcome.feedback))
     rows, test_max, by_hand = read_rows(db_url, result.students, result.notebooks)
     rows = [dict(row, score=_num(row["score"]), max_score=_num(row["max_score"])) for row in rows]
-    table = io.StringIO(newline="")
-    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomically(out / "grades.csv", table.getvalue().encode())  # a reader never sees half a file
+    write_csv(out / "grades.csv", CSV_FIELDS, rows)  # formulas neutralised; a reader never sees half a file
     records = [student_record(result, s, test_max, by_hand) for s in result.students]
     for rec in records:
         write_atomically(out / f"{rec['student']}.json", (json.dumps(rec, indent=1) + "\n").encode())

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .layout import REPO_ROOT
+from .untrusted import shown
 
 
 def _positive(kind):
@@ -144,7 +145,7 @@ def _grade(args) -> int:
 
 
 def _export(args) -> int:
-    from .course.formgrader import export_grades
+    from .results.export import export_grades
 
     with _usage_errors(FileNotFoundError):
         dest = export_grades(args.out, args.to)
@@ -178,5 +179,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except _UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {shown(exc, limit=None, keep_newlines=True)}", file=sys.stderr)  # it may name a folder
         return 2

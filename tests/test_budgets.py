@@ -1,0 +1,110 @@
+"""Size abuse (issue 28): one output budget per notebook that errors and tracebacks count toward, and caps on every
+student-derived string in a check's message. Fast: messages fed to the grader's executor by hand, no kernel."""
+
+from __future__ import annotations
+
+import linecache
+
+import nbformat
+import pytest
+
+from labutils.checks.calling import _error_facts, _exception_failure, _show
+from labutils.checks.report import MESSAGE_CHARS, Failure
+
+pytestmark = pytest.mark.autograder
+
+MB = 1 << 20
+HUGE = "x" * (16 * MB)  # one string, referenced by every message: the test itself stays small
+HUGE_NAME = "E" * (8 * MB)
+
+
+def _executor(cells: int):
+    from nbclient.client import NotebookClient
+
+    from autograder.run.budget import OutputBudget
+    from autograder.run.execute import SandboxedExecute
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"cell_{i}()", id=f"c{i}") for i in range(cells)])
+    ex = SandboxedExecute()
+    NotebookClient.__init__(ex, nb)
+    ex.reset_execution_trackers()
+    ex.clear_before_next_output = False  # set by nbclient as each cell starts
+    ex.budget = OutputBudget(ex.output_limit, ex.notebook_output_limit)
+    return ex, nb
+
+
+def _message(kind: str, **content) -> dict:
+    return {"msg_type": kind, "header": {"msg_type": kind}, "parent_header": {"msg_id": "m"}, "content": content}
+
+
+def _feed(ex, nb, index: int) -> None:
+    """What one hostile cell sends: outputs just under the per-cell limit, then a 16 MB exception with an 8 MB
+    class name and a 16 MB traceback."""
+    cell = nb.cells[index]
+    for _ in range(3):
+        ex.process_message(_message("stream", name="stdout", text=HUGE[: ex.output_limit // 3 - 10]), cell, index)
+    ex.process_message(_message("display_data", data={"text/plain": HUGE[:1000]}, metadata={}), cell, index)
+    ex.process_message(_message("error", ename=HUGE_NAME, evalue=HUGE, traceback=[HUGE, HUGE_NAME, "raise E"]), cell,
+                       index)
+
+
+def test_errors_and_tracebacks_count_toward_one_notebook_budget():
+    ex, nb = _executor(cells=40)
+    for index in range(40):
+        _feed(ex, nb, index)
+    written = len(nbformat.writes(nb))
+    assert written < ex.notebook_output_limit + 40 * 25_000, f"{written:,} characters kept"  # was ~2 GB
+    errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
+    assert len(errors) == 40, "an error is cut, never dropped: it is what fails a test cell"
+    assert all(len(o.ename) < 300 and len(o.evalue) < 21_000 for o in errors)
+    assert "output cut by the grader" in nb.cells[-1].outputs[0].text and ex.budget.notebook_spent
+
+
+def test_a_cell_over_its_own_limit_is_cut_once():
+    ex, nb = _executor(cells=1)
+    for _ in range(10):
+        ex.process_message(_message("stream", name="stdout", text=HUGE[:MB]), nb.cells[0], 0)
+    texts = [o.text for o in nb.cells[0].outputs]
+    assert len(texts) == 1 + 1 and sum(len(t) for t in texts) < ex.output_limit + 200
+    assert not ex.budget.notebook_spent
+
+
+def test_cleared_output_is_no_longer_counted():
+    """A live plot redrawn with clear_output each epoch keeps one plot: it must not use the notebook's budget up."""
+    ex, nb = _executor(cells=1)
+    for _ in range(20):
+        ex.process_message(_message("clear_output", wait=False), nb.cells[0], 0)
+        ex.process_message(_message("display_data", data={"image/png": HUGE[:MB]}, metadata={}), nb.cells[0], 0)
+    assert len(nb.cells[0].outputs) == 1 and not ex.budget.notebook_spent
+
+
+def _raiser(tmp_path, source_line: str, exc: BaseException):
+    """A student's function defined in a file (so linecache shows its line), raising ``exc``."""
+    path = tmp_path / "student.py"
+    path.write_text(f"def train(*args):\n    raise EXC  # {source_line}\n")
+    namespace = {"EXC": exc}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    linecache.checkcache(str(path))
+    return namespace["train"]
+
+
+def test_a_huge_exception_name_source_line_and_text_are_capped(tmp_path):
+    big = type(HUGE_NAME, (Exception,), {})(HUGE)
+    fn = _raiser(tmp_path, HUGE, big)
+    with pytest.raises(Exception) as caught:
+        fn()
+    facts = _error_facts(fn, caught.value)
+    assert all(len(facts[k]) <= 400 for k in ("type", "source", "text")), {k: len(v) for k, v in facts.items()
+                                                                           if isinstance(v, str)}
+    message = _exception_failure("train", fn, caught.value).message
+    assert len(message) < 2_000 and message.startswith("train raised EEEE")
+
+
+def test_a_returned_object_of_a_huge_class_is_named_briefly():
+    value = type(HUGE_NAME, (), {})()
+    assert len(_show(value)) < 400
+
+
+def test_every_message_is_capped_whatever_it_quotes():
+    failure = Failure("exception", "x" * (10 * MB), details="y" * (10 * MB))
+    assert len(failure.message) <= MESSAGE_CHARS + 100 and len(failure.details) <= 10 * MESSAGE_CHARS + 100

@@ -108,3 +108,27 @@ def test_a_returned_object_of_a_huge_class_is_named_briefly():
 def test_every_message_is_capped_whatever_it_quotes():
     failure = Failure("exception", "x" * (10 * MB), details="y" * (10 * MB))
     assert len(failure.message) <= MESSAGE_CHARS + 100 and len(failure.details) <= 10 * MESSAGE_CHARS + 100
+
+
+# --- files a killed run leaves -------------------------------------------------------------------------------------
+
+
+def test_a_kernel_connection_file_is_written_in_the_runs_scratch_not_tmpdir(tmp_path, monkeypatch):
+    """Its HMAC key in TMPDIR outlived a SIGKILLed run (jupyter_client's default is a mkstemp there); in the
+    runtime folder the workers keep inside the run's scratch folder, the next run removes it with the dead run's
+    folder (tests/test_grade_resume.py kills runs and finds nothing left)."""
+    import asyncio
+    import tempfile
+
+    from autograder.sandbox.kernels import ZygoteKernelManager
+
+    for name in ("runtime", "tmpdir"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmpdir"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    km = ZygoteKernelManager(kernel_name="python3")
+    asyncio.run(km._async_pre_start_kernel())  # writes the connection file; starts nothing
+    assert list((tmp_path / "tmpdir").iterdir()) == []
+    assert [p.name for p in (tmp_path / "runtime").iterdir()] == [f"kernel-{km.kernel_id}.json"]
+    km.cleanup_connection_file()

@@ -5,7 +5,8 @@ into another OUT by a grader that is killed with SIGKILL four times (as an OOM k
 clean-up of its own), after its first finished task, after one more, during the gradebook write and during the
 summary (the last two at the grader's kill points), before a fifth run is let finish: its grades.csv and every student's JSON equal the reference's, the
 tasks finished before a kill are not graded again, nothing of a killed run is left running (each run is started
-under a subreaper, tests/autograder_cases/reaper.py) and no scratch folder of a dead run is left. Then a late student
+under a subreaper, tests/autograder_cases/reaper.py) and no file or folder of a dead run is left in TMPDIR (kernel
+connection files included). Then a late student
 is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused.
 """
 
@@ -211,6 +212,8 @@ def test_nothing_of_a_killed_run_is_left(graded):
             f"{p['pid']}: {p['cmdline']}" for p in kill["left"])
     scratch = graded["tmp"] / "scratch"
     assert not list(scratch.glob("looplab-grade-*")), "a dead run's scratch folder was left in TMPDIR"
+    left = sorted(p.name for p in scratch.iterdir())  # tmp*.json: kernel connection files holding an HMAC key
+    assert left == [], f"files of killed runs left in TMPDIR: {left}"
 
 
 def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):

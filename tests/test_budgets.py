@@ -46,6 +46,10 @@ def _feed(ex, nb, index: int) -> None:
     ex.process_message(_message("display_data", data={"text/plain": HUGE[:1000]}, metadata={}), cell, index)
     ex.process_message(_message("error", ename=HUGE_NAME, evalue=HUGE, traceback=[HUGE, HUGE_NAME, "raise E"]), cell,
                        index)
+    reply = {"content": {"status": "error", "ename": HUGE_NAME, "evalue": HUGE, "traceback": [HUGE]}}
+    ex.on_cell_executed(cell=cell, cell_index=index, execute_reply=reply)  # nbgrader adds the reply's error if new
+    timeout = {"content": {"status": "error", "ename": "CellTimeoutError" + HUGE, "evalue": HUGE, "traceback": [HUGE]}}
+    ex.on_cell_executed(cell=cell, cell_index=index, execute_reply=timeout)  # a new one: cut too
 
 
 def test_errors_and_tracebacks_count_toward_one_notebook_budget():
@@ -55,7 +59,7 @@ def test_errors_and_tracebacks_count_toward_one_notebook_budget():
     written = len(nbformat.writes(nb))
     assert written < ex.notebook_output_limit + 40 * 25_000, f"{written:,} characters kept"  # was ~2 GB
     errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
-    assert len(errors) == 40, "an error is cut, never dropped: it is what fails a test cell"
+    assert len(errors) == 2 * 40, "an error is cut, never dropped: it is what fails a test cell"
     assert all(len(o.ename) < 300 and len(o.evalue) < 21_000 for o in errors)
     assert "output cut by the grader" in nb.cells[-1].outputs[0].text and ex.budget.notebook_spent
 

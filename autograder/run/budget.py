@@ -67,6 +67,12 @@ class OutputBudget:
         """The cell's outputs were cleared (``clear_output``): what they held is no longer kept."""
         self.used[cell_index] = 0
 
+    def is_recorded(self, content: dict, outputs: list) -> bool:
+        """Is the error ``content`` (an execute reply's) among ``outputs`` already, its name cut as :meth:`trim_error`
+        cuts it? nbgrader appends a reply's error whose name no output has (after a timeout)."""
+        name = cut(content.get("ename", ""), NAME_CHARS)
+        return any(o.get("output_type") == "error" and o.get("ename") == name for o in outputs)
+
     def trim_error(self, content: dict, cell_index: int) -> None:
         """Cut an error message's ``content`` in place to what the budget allows, and charge it (errors are always
         kept, so this may go over the budget by one short error per cell)."""

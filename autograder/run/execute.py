@@ -187,6 +187,19 @@ class SandboxedExecute(Execute):
             return None
         return super().process_message(msg, cell, cell_index)
 
+    def on_cell_executed(self, **kwargs):
+        """nbgrader appends the execute reply's error when no error output has its name (a timeout): it is cut and
+        charged like every other, and one already recorded (under its cut name) is not appended twice."""
+        reply, cell = kwargs.get("execute_reply"), kwargs["cell"]
+        content = (reply or {}).get("content", {})
+        if content.get("status") == "error":
+            if self.budget.is_recorded(content, cell.outputs):
+                content["ename"] = next(o.ename for o in cell.outputs if o.get("output_type") == "error"
+                                        and self.budget.is_recorded(content, [o]))
+            else:
+                self.budget.trim_error(content, kwargs["cell_index"])
+        return super().on_cell_executed(**kwargs)
+
     def _death_reason(self) -> str:
         ctx = _context()
         log = ctx.task_dir / "kernel.log"

@@ -168,7 +168,8 @@ def _check_signature(report: CheckReport, fn, exercise: str, name: str | None = 
     contract = exercises.function(exercise, name)
     name, params, keywords, wanted = contract.name, contract.params, contract.keywords, contract.call
     if not callable(fn):
-        report.failures.append(Failure("signature", f"{name} is a {capped(type(fn).__name__, 100)}, not a function: define "
+        kind = capped(type(fn).__name__, 100)
+        report.failures.append(Failure("signature", f"{name} is a {kind}, not a function: define "
                                                     f"def {wanted}:"))
         return False
     try:

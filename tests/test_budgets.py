@@ -73,6 +73,21 @@ def test_a_cell_over_its_own_limit_is_cut_once():
     assert not ex.budget.notebook_spent
 
 
+def test_widget_messages_count_toward_the_budget(monkeypatch):
+    """A comm message's binary buffers are kept as widget state in the notebook's metadata: they count too."""
+    from nbclient.client import NotebookClient
+
+    kept = []
+    monkeypatch.setattr(NotebookClient, "process_message",
+                        lambda self, msg, cell, index: kept.append(sum(len(b) for b in msg.get("buffers", []))))
+    ex, nb = _executor(cells=1)
+    for i in range(20):
+        msg = _message("comm_msg", comm_id=f"w{i}", data={"method": "update", "state": {}, "buffer_paths": [["v"]]})
+        msg["buffers"] = [memoryview(HUGE.encode("ascii")[:MB])]
+        ex.process_message(msg, nb.cells[0], 0)
+    assert 0 < sum(kept) <= ex.output_limit
+
+
 def test_cleared_output_is_no_longer_counted():
     """A live plot redrawn with clear_output each epoch keeps one plot: it must not use the notebook's budget up."""
     ex, nb = _executor(cells=1)

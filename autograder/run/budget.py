@@ -19,10 +19,15 @@ SPENT_ERROR_CHARS = 1_000  # one error once the notebook's budget is spent: its 
 NAME_CHARS = 200  # an exception's class name (an 8 MB one made a 23 MB student JSON)
 
 
+def message_chars(msg: dict) -> int:
+    """Characters (or bytes) an output or widget message would keep: its text, data, widget state and buffers."""
+    return content_chars(msg.get("content", {})) + sum(len(b) for b in msg.get("buffers") or [])
+
+
 def content_chars(content: dict) -> int:
     """Characters an output message's ``content`` would keep: its text, data and widget state."""
     size = len(content.get("text", "") or "")
-    for key in ("data", "metadata"):
+    for key in ("data", "metadata", "state"):
         value = content.get(key)
         if isinstance(value, dict):
             size += sum(len(v) if isinstance(v, str) else len(json.dumps(v, default=str)) for v in value.values())

@@ -34,7 +34,7 @@ from autograder.sandbox.context import current as _context
 from autograder.sandbox.kernels import KERNEL_START_TRIES, ZygoteKernelManager
 from autograder.untrusted import shown
 
-from .budget import CHARGED, OutputBudget, content_chars
+from .budget import CHARGED, OutputBudget, message_chars
 
 
 # --- execution ---------------------------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class SandboxedExecute(Execute):
             self.budget.trim_error(content, cell_index)
         elif kind == "clear_output":
             self.budget.cleared(cell_index)
-        elif kind in CHARGED and not self.budget.take(cell_index, content_chars(content)):
+        elif kind in CHARGED and not self.budget.take(cell_index, message_chars(msg)):
             if self.budget.first_cut(cell_index):  # said once per cell
                 cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=(
                     f"\n... output cut by the grader: more than {self.output_limit:,} characters in this cell or "

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder.course.submissions import student_id
+from autograder.results.csvcells import FORMULA_STARTS
 from autograder.sandbox import isolation
 
 try:
@@ -153,6 +155,7 @@ def train_one_epoch(*args, **kwargs):  # what the hidden tests call: its excepti
     raise type("E" * (8 << 20), (Exception,), {})("z" * (16 << 20))
 '''
 BOMB_CELLS = 6  # each near the per-cell limit: together past the notebook's 5,000,000-character budget
+BOMB = "--j-output-bomb"  # a folder named like an option: graded as j-output-bomb (issue 28)
 INSTRUCTOR_READER = '''
 import glob
 for _path in glob.glob("@@SOLUTIONS@@/*.ipynb") + ["@@SOLUTIONS@@/06_checkpointing.ipynb"]:
@@ -220,7 +223,7 @@ def _students(ports: dict[str, int]) -> list[build.Student]:
         attacker("f-memory-hog", "02_scheduler", MEMORY_HOG),
         attacker("g-disk-filler", "02_scheduler", DISK_FILLER),
         attacker("h-network", "02_scheduler", net),
-        build.Student("j-output-bomb", "attacker", {"02_scheduler": _bomb(sol["02_scheduler"])}, passing_all=False),
+        build.Student(BOMB, "attacker", {"02_scheduler": _bomb(sol["02_scheduler"])}, passing_all=False),
         attacker("i-instructor-reader", "02_scheduler", INSTRUCTOR_READER.replace("@@SOLUTIONS@@", str(SOLUTIONS)),
                  base=rel),
         build.Student("y-shm-reader", "runs whatever answer it finds in /dev/shm or /tmp", {"06_checkpointing":
@@ -300,7 +303,8 @@ def hostile(tmp_path_factory):
 
 
 def _rows(hostile, student: str) -> dict[str, str]:
-    return {r["notebook"]: r["score"] for r in build.read_csv(hostile["out"] / "grades.csv") if r["student"] == student}
+    return {r["notebook"]: r["score"] for r in build.read_csv(hostile["out"] / "grades.csv")
+            if r["student"] == student_id(student)}
 
 
 def _clean(hostile, student: str) -> dict[str, str]:
@@ -364,3 +368,14 @@ def test_an_output_bomb_costs_the_grader_bounded_memory_and_disk(hostile):
     assert (out / "j-output-bomb.json").stat().st_size < 200_000
     assert any("output beyond the notebook's" in note for note in record["notebooks"]["02_scheduler"]["notes"])
     assert any("raised EEEE" in t["message"] for t in record["tests"]), [t["message"][:200] for t in record["tests"]]
+
+
+def test_a_folder_named_like_an_option_makes_no_file_named_so(hostile):
+    """The bomb's folder is ``--j-output-bomb``: nothing in OUT starts with '-' (``tar czf x.tgz *`` in OUT/feedback
+    reads no option), grades.csv holds no formula, and summary.md names the folder as code."""
+    out = hostile["out"]
+    dashed = [str(p.relative_to(out)) for p in out.rglob("*") if p.name.startswith("-")]
+    assert dashed == [] and (out / "feedback" / "j-output-bomb").is_dir()
+    cells = [cell for row in build.read_csv(out / "grades.csv") for cell in row.values()]
+    assert "j-output-bomb" in cells and not [c for c in cells if c.startswith(FORMULA_STARTS)]
+    assert "` folder '--j-output-bomb' graded as student id 'j-output-bomb' `" in (out / "summary.md").read_text()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .layout import REPO_ROOT
+from .untrusted import shown
 
 
 def _positive(kind):
@@ -166,7 +167,7 @@ def _grade(args) -> int:
 
 
 def _export(args) -> int:
-    from .course.formgrader import export_grades
+    from .results.export import export_grades
     from .results.gradebook import refresh_penalties
     from .results.lms import ExportError
 
@@ -183,7 +184,7 @@ def _export(args) -> int:
 
 def _export_lms(args) -> int:
     """An LMS import file; exit 1 when a graded submission has no roster row (its grade would not reach the LMS)."""
-    from .results.lms import ExportError, export_lms, shown
+    from .results.lms import ExportError, export_lms
 
     if args.roster is None:
         raise _UsageError(f"--format {args.format} needs --roster: the gradebook CSV exported from the LMS")
@@ -246,5 +247,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except _UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {shown(exc, limit=None, keep_newlines=True)}", file=sys.stderr)  # it may name a folder
         return 2

@@ -43,6 +43,7 @@ from .results import journal
 from .results import late
 from .results.late import Deadlines, Lateness
 from .results.outcome import TaskOutcome
+from .untrusted import shown
 
 if TYPE_CHECKING:
     from .course.submissions import Submission
@@ -110,7 +111,8 @@ class ClassGrades:
 
 
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """A line for stderr, names and notes in it escaped (see :mod:`autograder.untrusted`)."""
+    print(shown(message, limit=None, keep_newlines=True), file=sys.stderr, flush=True)
 
 
 # --- the instructor's gradebook ------------------------------------------------------------------------------------------
@@ -362,5 +364,5 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     write_atomically(out / "timings.json",
                              (json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n").encode())
     (say or log)(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
-        + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(problems)))
+        + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(map(shown, problems))))
     return result

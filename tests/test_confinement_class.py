@@ -2,7 +2,8 @@
 
 The attackers: a /dev/shm and /tmp writer of lab 6's answer and a reader graded after it, a Python fork bomb, a shell
 fork bomb, a thread bomb, a memory hog, a disk filler, a sender of UDP / IPv6 / TCP / raw packets to listeners this
-test starts, and a reader of the instructor's files by path. Each scores no more than its honest cells earn; the
+test starts, a reader of the instructor's files by path, and an output bomb (issue 28: huge outputs and exceptions,
+whose cost to the grader's memory and OUT is measured). Each scores no more than its honest cells earn; the
 controls graded beside and after them get exactly their clean scores; nothing reaches the listeners; nothing of the
 run is left (processes, /dev/shm files, task cgroups).
 
@@ -19,18 +20,21 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from autograder.course.submissions import student_id
+from autograder.results.csvcells import FORMULA_STARTS
 from autograder.sandbox import isolation
 
 try:
-    from autograder_cases import build
+    from autograder_cases import build, reaper
     from autograder_cases.fence import Fence
 except ImportError:
-    from tests.autograder_cases import build
+    from tests.autograder_cases import build, reaper
     from tests.autograder_cases.fence import Fence
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,6 +143,19 @@ for _family, _kind, _where in ((socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1",
     except OSError as _exc:
         print("refused:", _family, _kind, _exc)
 '''
+OUTPUT_BOMB = '''
+import sys
+for _ in range(4):  # just under the per-cell limit (2,000,000 characters)
+    sys.stdout.write("x" * 490_000)
+    sys.stdout.flush()
+raise type("E" * (8 << 20), (Exception,), {})("y" * (16 << 20))  # an 8 MB class name, a 16 MB message
+'''
+HUGE_RAISER = '''
+def train_one_epoch(*args, **kwargs):  # what the hidden tests call: its exception quoted in every message
+    raise type("E" * (8 << 20), (Exception,), {})("z" * (16 << 20))
+'''
+BOMB_CELLS = 6  # each near the per-cell limit: together past the notebook's 5,000,000-character budget
+BOMB = "--j-output-bomb"  # a folder named like an option: graded as j-output-bomb (issue 28)
 INSTRUCTOR_READER = '''
 import glob
 for _path in glob.glob("@@SOLUTIONS@@/*.ipynb") + ["@@SOLUTIONS@@/06_checkpointing.ipynb"]:
@@ -206,6 +223,7 @@ def _students(ports: dict[str, int]) -> list[build.Student]:
         attacker("f-memory-hog", "02_scheduler", MEMORY_HOG),
         attacker("g-disk-filler", "02_scheduler", DISK_FILLER),
         attacker("h-network", "02_scheduler", net),
+        build.Student(BOMB, "attacker", {"02_scheduler": _bomb(sol["02_scheduler"])}, passing_all=False),
         attacker("i-instructor-reader", "02_scheduler", INSTRUCTOR_READER.replace("@@SOLUTIONS@@", str(SOLUTIONS)),
                  base=rel),
         build.Student("y-shm-reader", "runs whatever answer it finds in /dev/shm or /tmp", {"06_checkpointing":
@@ -213,6 +231,45 @@ def _students(ports: dict[str, int]) -> list[build.Student]:
                       zero=True),
         build.Student("z-control", "untouched, graded last", {nb: sol[nb] for nb in sol}),
     ]
+
+
+def _bomb(nb):
+    """Lab 2 with :data:`BOMB_CELLS` output bombs before train_one_epoch and a redefinition of it after."""
+    for _ in range(BOMB_CELLS):
+        nb = build.insert_cell(nb, "train_one_epoch", OUTPUT_BOMB)
+    return build.insert_cell(nb, "train_one_epoch", HUGE_RAISER, after=True)
+
+
+class PeakMemory:
+    """The peak resident memory (VmHWM) of the grader and of its workers (not the kernels, forks of the zygote),
+    sampled below the reaper while the class is graded: what a student's output costs the grader itself."""
+
+    def __init__(self, root: int):
+        self.root, self.peak_mb, self.stopped = root, {}, False
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stopped:
+            for p in reaper.below(self.root):
+                kind = "worker" if "autograder.run.worker" in p["cmdline"] else \
+                    "grader" if "-m autograder grade" in p["cmdline"] else None
+                if kind:
+                    self.peak_mb[kind] = max(self.peak_mb.get(kind, 0), _hwm_mb(p["pid"]))
+            time.sleep(0.5)
+
+    def stop(self) -> dict[str, int]:
+        self.stopped = True
+        self.thread.join(5)
+        return dict(self.peak_mb)
+
+
+def _hwm_mb(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) // 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
 @pytest.fixture(scope="module")
@@ -226,14 +283,17 @@ def hostile(tmp_path_factory):
                "-j", "2", "--timeout-cell", "60", "--timeout-notebook", "120", "--require-isolation"]
     proc = subprocess.Popen([*fence.prefix(), sys.executable, str(REAPER), str(tmp / "stdout"), str(tmp / "stderr"),
                              "--", *command], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    memory = PeakMemory(proc.pid)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 1500)
         exited = json.loads(proc.stdout.readline()) if ready else {"returncode": None, "left": []}
+        peak_mb = memory.stop()
         stderr = (tmp / "stderr").read_text(errors="replace")
         print(stderr[-5000:])
         yield {"exited": exited, "stderr": stderr, "out": tmp / "out", "students": students,
-               "tests": build.load_tests(SOLUTIONS), "received": list(listeners.received)}
+               "tests": build.load_tests(SOLUTIONS), "received": list(listeners.received), "peak_mb": peak_mb}
     finally:
+        memory.stop()
         proc.stdin.close()
         proc.wait(timeout=60)
         listeners.close()
@@ -243,7 +303,8 @@ def hostile(tmp_path_factory):
 
 
 def _rows(hostile, student: str) -> dict[str, str]:
-    return {r["notebook"]: r["score"] for r in build.read_csv(hostile["out"] / "grades.csv") if r["student"] == student}
+    return {r["notebook"]: r["score"] for r in build.read_csv(hostile["out"] / "grades.csv")
+            if r["student"] == student_id(student)}
 
 
 def _clean(hostile, student: str) -> dict[str, str]:
@@ -285,3 +346,36 @@ def test_nothing_is_left(hostile):
     cgroups = [p for c in isolation.CONTROLLERS for p in (isolation.CGROUP_ROOT / c).rglob(
         isolation.CGROUP_PARENT + "/*") if p.is_dir() and (p / "cgroup.procs").read_text().strip()]
     assert cgroups == [], f"task cgroups with processes after the run: {cgroups}"
+
+
+# Measured grading lab 2 alone (-j 1): a worker peaks at 116 MB for the solution, 323 MB for the bomb (its 50 MB
+# messages pass through once), 1,858 MB before the budget; the bomb's files in OUT: 19 MB, 1,075 MB before.
+WORKER_PEAK_MB = 800
+OUT_PER_STUDENT_MB = 40
+
+
+def test_an_output_bomb_costs_the_grader_bounded_memory_and_disk(hostile):
+    """Issue 28: outputs just under the per-cell limit in six cells, each raising an exception with an 8 MB class
+    name and a 16 MB message, and a graded function that raises the same: the notebook's output budget and the
+    caps on messages bound what the grader holds and what OUT keeps."""
+    print("peak memory (MB):", hostile["peak_mb"])
+    assert 0 < hostile["peak_mb"].get("worker", 0) < WORKER_PEAK_MB, hostile["peak_mb"]
+    out = hostile["out"]
+    bomb = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and "j-output-bomb" in str(p.relative_to(out)))
+    print(f"OUT holds {bomb / (1 << 20):.1f} MB of j-output-bomb's files")
+    assert bomb < OUT_PER_STUDENT_MB << 20
+    record = json.loads((out / "j-output-bomb.json").read_text())
+    assert (out / "j-output-bomb.json").stat().st_size < 200_000
+    assert any("output beyond the notebook's" in note for note in record["notebooks"]["02_scheduler"]["notes"])
+    assert any("raised EEEE" in t["message"] for t in record["tests"]), [t["message"][:200] for t in record["tests"]]
+
+
+def test_a_folder_named_like_an_option_makes_no_file_named_so(hostile):
+    """The bomb's folder is ``--j-output-bomb``: nothing in OUT starts with '-' (``tar czf x.tgz *`` in OUT/feedback
+    reads no option), grades.csv holds no formula, and summary.md names the folder as code."""
+    out = hostile["out"]
+    dashed = [str(p.relative_to(out)) for p in out.rglob("*") if p.name.startswith("-")]
+    assert dashed == [] and (out / "feedback" / "j-output-bomb").is_dir()
+    cells = [cell for row in build.read_csv(out / "grades.csv") for cell in row.values()]
+    assert "j-output-bomb" in cells and not [c for c in cells if c.startswith(FORMULA_STARTS)]
+    assert "` folder '--j-output-bomb' graded as student id 'j-output-bomb' `" in (out / "summary.md").read_text()

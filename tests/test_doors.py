@@ -251,7 +251,7 @@ def test_fifos_devices_and_sockets_are_refused(hostile):
 def _listed_as_not_graded(hostile, folder: str) -> None:
     summary = (hostile.cls.out / "summary.md").read_text()
     problems = summary.split("**Incomplete run:**", 1)[-1].split("\n## ", 1)[0]
-    assert f"- {folder}: " in problems, f"{folder!r} is not listed as not graded in summary.md:\n{problems}"
+    assert f"- ` {folder}: " in problems, f"{folder!r} is not listed as not graded in summary.md:\n{problems}"
     assert folder in hostile.stderr.split("problem(s):")[-1]
     assert hostile.returncode == 1
 

@@ -1,11 +1,12 @@
 """Issue 18: a grading run survives its own death and grades only what changed.
 
 A small class with known mistakes is graded once without interruption (the reference). Then the same class is graded
-into another OUT by a grader that is killed with SIGKILL four times (as an OOM killer or a pre-emption would: no
-clean-up of its own), after its first finished task, after one more, during the gradebook write and during the
+into another OUT by a grader that is killed with SIGKILL five times (as an OOM killer or a pre-emption would: no
+clean-up of its own), with its workers while a kernel runs, after its first finished task, after one more, during the gradebook write and during the
 summary (the last two at the grader's kill points), before a fifth run is let finish: its grades.csv and every student's JSON equal the reference's, the
 tasks finished before a kill are not graded again, nothing of a killed run is left running (each run is started
-under a subreaper, tests/autograder_cases/reaper.py) and no scratch folder of a dead run is left. Then a late student
+under a subreaper, tests/autograder_cases/reaper.py) and no file or folder of a dead run is left in TMPDIR (kernel
+connection files included). Then a late student
 is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused.
 """
 
@@ -116,15 +117,23 @@ def _comparable(out: Path, student: str) -> dict:
     return record
 
 
-def _kill_when(run: Run, ready, timeout: float = 600) -> None:
-    """SIGKILL the grader (only it: the rest must go by itself) as soon as ``ready()`` holds."""
+def _kill_when(run: Run, ready, timeout: float = 600, with_workers: bool = False) -> None:
+    """SIGKILL the grader (only it: the rest must go by itself; ``with_workers``: its workers too, at once, as an OOM
+    killer or ``kill -9`` of the process group would) as soon as ``ready()`` holds."""
     deadline = time.monotonic() + timeout
     while not ready():
         assert run.proc.poll() is None and time.monotonic() < deadline, "the moment to kill never came"
         time.sleep(0.2)
     pid = run.grader_pid()
     assert pid is not None, "the grader had already exited"
-    os.kill(pid, signal.SIGKILL)
+    workers = [p["pid"] for p in reaper.below(run.proc.pid) if "autograder.run.worker" in p["cmdline"]]
+    for victim in [pid, *(workers if with_workers else [])]:
+        os.kill(victim, signal.SIGKILL)
+
+
+def _kernel_running(scratch: Path) -> bool:
+    """Does a kernel run (its connection file exists, wherever jupyter put it)?"""
+    return any(p.name.startswith(("kernel-", "tmp")) and p.suffix == ".json" for p in scratch.rglob("*.json"))
 
 
 LEFT_WAIT_S = 15
@@ -152,9 +161,13 @@ def graded(tmp_path_factory):
     assert first["returncode"] == 0, reference.stderr[-3000:]
 
     out, kills = tmp / "out", []
-    for moment in ("after the first task", "after one more task", "during the gradebook write", "during the summary"):
+    for moment in ("with its workers, while a kernel runs", "after the first task", "after one more task",
+                   "during the gradebook write", "during the summary"):
         point = {"during the gradebook write": "gradebook", "during the summary": "summary"}.get(moment)
-        if point is None:
+        if moment.startswith("with its workers"):  # nothing cleans up: what the run wrote stays where it wrote it
+            run = Run(tmp / "submissions", out, tmp)
+            _kill_when(run, lambda: _kernel_running(run.tmpdir), with_workers=True)
+        elif point is None:
             run = Run(tmp / "submissions", out, tmp)
             before = _journal(out)
             _kill_when(run, lambda: len(_journal(out) - before) >= 1)
@@ -173,7 +186,7 @@ def graded(tmp_path_factory):
 
 
 def test_a_killed_run_keeps_what_it_finished(graded):
-    first, second = graded["kills"][:2]
+    first, second = graded["kills"][1:3]
     assert first["kept"], "the first killed run kept no finished task"
     assert first["kept"] <= second["kept"] and len(second["kept"]) > len(first["kept"])
     reused = re.search(r"(\d+) task\(s\) reused", graded["final"].stderr)
@@ -184,7 +197,7 @@ def test_a_run_killed_while_writing_its_results_is_finished_by_the_next(graded):
     """Killed in the gradebook write (one student committed) and then in the summary (grades.csv and the JSONs
     written, the plot not yet): every task was kept, so the runs after it grade nothing, and the files a killed run
     left are whole (each is written atomically) and replaced."""
-    in_gradebook, in_summary = graded["kills"][2:]
+    in_gradebook, in_summary = graded["kills"][3:5]
     assert "gradebook.db" in in_gradebook["files"] and "grades.csv" not in in_gradebook["files"]
     assert {"grades.csv", "summary.md", *(f"{s}.json" for s in CLASS)} <= in_summary["files"]
     assert "summary.png" not in in_summary["files"]
@@ -211,6 +224,8 @@ def test_nothing_of_a_killed_run_is_left(graded):
             f"{p['pid']}: {p['cmdline']}" for p in kill["left"])
     scratch = graded["tmp"] / "scratch"
     assert not list(scratch.glob("looplab-grade-*")), "a dead run's scratch folder was left in TMPDIR"
+    left = sorted(p.name for p in scratch.iterdir())  # tmp*.json: kernel connection files holding an HMAC key
+    assert left == [], f"files of killed runs left in TMPDIR: {left}"
 
 
 def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.autograder
 # autograder's floors, lowest first: a module may import its own package and any floor below, never one above (so
 # the folder names say the architecture: the course is built without running anything, student code runs only in
 # sandbox/, and run/ schedules tasks without knowing how results are written).
-FLOORS = [{"layout", "process"}, {"channel"}, {"course"}, {"hidden"}, {"sandbox"}, {"run"}, {"results"}, {"grade"},
-          {"gradescope"}, {"cli"}]
+FLOORS = [{"layout", "process", "untrusted"}, {"channel"}, {"course"}, {"hidden"}, {"sandbox"}, {"run"}, {"results"},
+          {"grade"}, {"gradescope"}, {"cli"}]
 
 
 def module_name(path: Path) -> str:

@@ -218,3 +218,56 @@ def test_huge_outputs_are_cleared_before_grading(tmp_path):
     cell = nbformat.reads(cleared.decode(), as_version=4).cells[0]
     assert cell.outputs == [] and cell.source == "print('x' * 5000)"
     assert notes and notes[0].startswith("its outputs (5,0") and "were cleared before grading" in notes[0]
+
+
+# --- names an attacker chooses (issue 28) ------------------------------------------------------------------------------
+
+HOSTILE_FOLDERS = ["--remove-files", "+1+1", "@h3+1", "-x", "=cmd|' \\C calc'!A0"]  # '/' cannot be in a name
+
+
+def test_student_ids_start_with_a_letter_or_digit(world):
+    """A folder named like a command-line option or a spreadsheet formula is graded under an id that is neither:
+    `tar czf feedback.tgz *` in OUT/feedback must not read `--remove-files` as an option, nor a spreadsheet `+1+1`
+    as a formula."""
+    tmp, _, subs = world
+    for name in HOSTILE_FOLDERS:
+        (subs / name).mkdir()
+        (subs / name / "00_a.ipynb").write_text(notebook_text())
+    students, refused = find(subs, tmp)
+    assert refused == []
+    assert sorted(students) == sorted(["ann", "remove-files", "1+1", "h3+1", "x", "cmd____C_calc__A0"])
+    assert all(s[0].isalnum() for s in students)
+    made = [p.name for p in (tmp / "intake").rglob("*")]
+    assert made and not [name for name in made if name.startswith("-")]
+
+
+def test_an_id_with_no_letter_or_digit_is_still_a_name(world):
+    from autograder.course.submissions import student_id
+
+    assert student_id("---") == "student" and student_id("-+@") == "student"
+    assert student_id("_ann") == "ann" and student_id("ann.") == "ann"
+
+
+def test_data_files_named_like_options_are_not_taken_in(world):
+    """A data file or folder whose name starts with '-' would become a file of that name in OUT's course."""
+    tmp, _, subs = world
+    (subs / "ann" / "-rf").write_text("x")
+    (subs / "ann" / "--data").mkdir()
+    (subs / "ann" / "--data" / "x.csv").write_text("1\n")
+    (subs / "ann" / "ok.csv").write_text("1\n")
+    ann = find(subs, tmp)[0]["ann"]
+    assert [e["name"] for e in ann.extra_files] == ["ok.csv"]
+    assert any(n.startswith("-rf not copied: its name starts with '-'") for n in ann.notes)
+    assert any(n.startswith("--data/ not read: its name starts with '-'") for n in ann.notes)
+    assert not [p for p in (tmp / "intake").rglob("*") if p.name.startswith("-")]
+
+
+def test_a_cell_too_big_is_refused_with_the_cell_named(tmp_path):
+    """A 50 MB written answer costs its student that notebook, not the class minutes of rendering."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", id="a"),
+                                         nbformat.v4.new_markdown_cell("y" * 5_000, id="b")])
+    path = tmp_path / "00_a.ipynb"
+    path.write_text(nbformat.writes(nb))
+    assert check_notebook(path) is None
+    why = check_notebook(path, Limits(cell_bytes=4_000))
+    assert why.startswith("has a cell of 5,000 bytes (cell 2, markdown): more than the 4,000 bytes a cell may be")

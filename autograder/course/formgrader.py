@@ -8,9 +8,10 @@ After ``python -m autograder grade SUBMISSIONS --out OUT``, OUT is an nbgrader c
     OUT/submitted/<student>/loop_lab/    what each student handed in
     OUT/autograded/<student>/loop_lab/   the notebooks as graded (outputs, hidden tests): what formgrader shows
 
-so ``jupyter lab --config=jupyter_server_config.json`` (:data:`SERVER_ARGS`) started in OUT opens it in formgrader (Nbgrader > Formgrader) with every submission and its
-autograded scores, written answers are scored by hand there, and :func:`export_grades` (``python -m autograder
-export --out OUT``) writes every student's total, manual points included. Grading again keeps the manual scores
+so ``jupyter lab --config=jupyter_server_config.json`` (:data:`SERVER_ARGS`) started in OUT opens it in formgrader
+(Nbgrader > Formgrader) with every submission and its autograded scores, written answers are scored by hand there, and
+:func:`autograder.results.export.export_grades` (``python -m autograder export --out OUT``) writes every student's
+total, manual points included. Grading again keeps the manual scores
 (:func:`autograder.results.gradebook.store_in_gradebook`).
 
 What a student wrote is shown there only as a display copy (:mod:`.display`), and ``jupyter_server_config.json``
@@ -121,20 +122,3 @@ def load_config(course: Path):
         raise FileNotFoundError(f"{path} does not exist: grade into {course} first (python -m autograder grade "
                                 f"SUBMISSIONS --out {course})")
     return PyFileConfigLoader(CONFIG_NAME, path=str(Path(course).resolve())).load_config()
-
-
-def export_grades(course: Path, dest: Path | None = None) -> Path:
-    """nbgrader's CSV export of the course's gradebook (one row per student and assignment: its score, autograded
-    and manual points together, and its maximum) to ``dest`` (default ``COURSE/nbgrader_export.csv``)."""
-    from nbgrader.api import Gradebook
-    from nbgrader.plugins.export import CsvExportPlugin
-
-    from .nbgrader_setup import database_url, prepare_tools
-
-    prepare_tools()
-    config = load_config(course)
-    dest = Path(dest or Path(course) / EXPORT_NAME).resolve()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with Gradebook(database_url(config.CourseDirectory.db_url), config.CourseDirectory.course_id) as gb:
-        CsvExportPlugin(to=str(dest)).export(gb)
-    return dest

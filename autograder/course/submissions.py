@@ -13,13 +13,15 @@ A submission may be written to attack the grader (issue 16), so it is read defen
   are opened relative to their folder's descriptor with ``O_NOFOLLOW`` and checked again on the open descriptor.
 - What is accepted is read once, through that descriptor, into the run's own folder (``intake``); only that copy is
   graded and put into the course, so a file changed or swapped after it was checked changes nothing.
-- An absurd notebook (too big, nested too deep, too many cells) is refused before any part of grading parses it, and
+- An absurd notebook (too big, nested too deep, too many cells, a cell too big) is refused before any part of grading parses it, and
   outputs too big to be worth reading are cleared, as grading clears them anyway (:class:`Limits`). A notebook that
   is empty, not JSON or not a notebook scores zero with the reason. Unknown notebook names (``01_baseline (1).ipynb``)
   are reported and ignored, never guessed.
 - Every folder of SUBMISSIONS is graded or refused with its reason (:attr:`Discovery.refused`, which the grader lists
   in summary.md and its exit status): a hidden (dot-named) folder holding notebooks of the assignment, a symbolic
   link, a folder that cannot be read, folders whose names map to one student id. The others are graded.
+- Names are chosen by an attacker too (issue 28): a student id starts with a letter or digit, and a data file or
+  folder whose name starts with '-' is not taken in, so nothing the grader creates reads as a command-line option.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from ..layout import ASSIGNMENT
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.@+-]")
+_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")  # an id's first and last characters: letters or digits
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY  # O_NONBLOCK: a fifo never blocks
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KINDS = {stat.S_IFIFO: "fifo (named pipe)", stat.S_IFCHR: "device", stat.S_IFBLK: "device", stat.S_IFSOCK: "socket"}
@@ -52,6 +55,8 @@ class Limits:
     #                               notebook validates each output again, ~14 s for 400,000 small ones
     json_depth: int = 64  # a notebook nests ~8 deep (widget state ~20); Python's JSON and nbformat recurse ~1,000
     cells: int = 2_000  # the lab's notebooks have 20-40 cells; each runs as a kernel round trip (50,000 took 249 s)
+    cell_bytes: int = 1 << 20  # one cell's source: the lab's longest is ~3 KB; a 50 MB written answer took 51 s to
+    #                            render as feedback and froze formgrader for 53 s
     folder_depth: int = 16  # sub-folders of a student's folder read (data/raw/...)
     files: int = 1_000  # entries of a student's folder read: each data file is copied beside each of nine notebooks
     extra_bytes: int = 50 << 20  # data files beside the notebooks, all together
@@ -93,9 +98,10 @@ class Refused(Exception):
 
 
 def student_id(name: str) -> str:
-    """A file-system- and nbgrader-safe id: letters, digits and ``_.@+-`` kept, anything else becomes ``_``."""
-    cleaned = _SAFE_ID.sub("_", name).strip("._") or "student"
-    return cleaned
+    """A file-system- and nbgrader-safe id: letters, digits and ``_.@+-`` kept, anything else becomes ``_``; it starts
+    and ends with a letter or digit, so that it is never read as a command-line option (``--remove-files`` in
+    ``tar czf feedback.tgz *``), a hidden file, or a spreadsheet formula (``+1+1``, ``@h3+1``)."""
+    return _EDGES.sub("", _SAFE_ID.sub("_", name)) or "student"
 
 
 def _size(n: int) -> str:
@@ -181,7 +187,21 @@ def _parse(data: bytes, limits: Limits) -> dict:
     if len(raw["cells"]) > limits.cells:
         raise Refused(f"has {len(raw['cells']):,} cells: more than the {limits.cells:,} a notebook of this lab may "
                       "have; delete the cells added for scratch work and hand it in again")
+    _check_cells(raw["cells"], limits)
     return raw
+
+
+def _check_cells(cells: list, limits: Limits) -> None:
+    """:class:`Refused` naming the first cell whose source is more than ``limits.cell_bytes``."""
+    for number, cell in enumerate(cells, 1):
+        source = cell.get("source", "") if isinstance(cell, dict) else ""
+        text = "".join(s for s in source if isinstance(s, str)) if isinstance(source, list) else str(source)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limits.cell_bytes:
+            kind = cell.get("cell_type") if cell.get("cell_type") in ("code", "markdown", "raw") else "unknown type"
+            raise Refused(f"has a cell of {_size(size)} (cell {number}, {kind}): more "
+                          f"than the {_size(limits.cell_bytes)} a cell may be; shorten it (an image: attach a smaller "
+                          "one) and hand it in again")
 
 
 def _outputs_size(raw: dict) -> int:
@@ -239,7 +259,10 @@ def _entries(dir_fd: int, rel: Path, depth: int, limits: Limits, notes: list[str
         if name.startswith(".") or name == "__pycache__":
             continue
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if not stat.S_ISDIR(st.st_mode):
+        if name.startswith("-"):  # it would become a file of that name in OUT's course, read as an option by `cmd *`
+            notes.append(f"{rel / name}{'/ not read' if stat.S_ISDIR(st.st_mode) else ' not copied'}: its name starts "
+                         "with '-'; rename it")
+        elif not stat.S_ISDIR(st.st_mode):
             yield rel / name, dir_fd, st
         elif depth >= limits.folder_depth:
             notes.append(f"{rel / name}/ not read: more than {limits.folder_depth} folders deep")

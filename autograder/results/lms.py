@@ -27,7 +27,7 @@ from pathlib import Path
 from autograder.layout import ASSIGNMENT
 
 from labutils.atomic import write_atomically
-from .tabular import csv_lines
+from .csvcells import csv_lines
 
 ASSIGNMENT_TITLE = "Loop Lab"  # the assignment's name in the LMS, as the column is found by default
 
@@ -148,12 +148,6 @@ def _student_rows(roster: Roster, lms: LmsFormat) -> list[int]:
     return [i for i, label in enumerate(first) if not (lms.points_row and i < 3 and label in
                                                       (lms.points_row, "Manual Posting", "Auto Posting"))
             and any(cell.strip() for cell in roster.rows[i])]
-
-
-def shown(text: str) -> str:
-    """A roster value or student id as printed on a terminal: control characters escaped (issue 28's shared helper
-    for names in a terminal replaces this at merge)."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _fmt(x: float) -> str:

@@ -13,10 +13,10 @@ from labutils.atomic import write_atomically
 from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
 
+from .csvcells import write_csv
 from .gradebook import read_rows
 from .late import Lateness
 from .summary import write_summary
-from .tabular import csv_text
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
 LATE_FIELDS = ("raw_score", "late_penalty", "hours_late", "submitted", "time_source")  # with deadlines only
@@ -143,10 +143,8 @@ def write_all(result, db_url: str) -> None:
     for outcome in result.outcomes.values():
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))
-            key = (outcome.student, outcome.notebook)
-            late_line(Path(outcome.feedback), (result.lateness or {}).get(key), penalties.get(key, 0.0))
     fields, table = grade_rows(rows, result.lateness)
-    write_atomically(out / "grades.csv", csv_text(fields, table).encode())  # a reader never sees half a file
+    write_csv(out / "grades.csv", fields, table)  # formulas neutralised; a reader never sees half a file
     records = [student_record(result, s, test_max, by_hand, penalties) for s in result.students]
     for rec in records:
         write_atomically(out / f"{rec['student']}.json", (json.dumps(rec, indent=1) + "\n").encode())

@@ -15,6 +15,7 @@ from labutils.atomic import write_atomically
 
 from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
+from autograder.untrusted import md_code
 
 from .journal import kill_point
 
@@ -35,7 +36,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         "",
     ]
     if not result.complete:
-        lines += ["**Incomplete run:**", *[f"- {p}" for p in result.problems], ""]
+        lines += ["**Incomplete run:**", *[f"- {md_code(p)}" for p in result.problems], ""]
     if totals:
         lines += [
             "## Score distribution",
@@ -69,7 +70,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         failures[(nb, name)] = len(failed) + absent
         message = _most_common(failed)
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
-                     f"{message.replace('|', '/')} |")
+                     f"{message} |")
     for (nb, name), students in sorted(_missed_by_root_cause(records).items()):
         title = exercises.concept(nb, name)
         if title:
@@ -81,7 +82,7 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
     if noted:
         lines += ["", "## Notes", ""]
         for student, notes in noted:
-            lines += [f"- **{student}**: " + "; ".join(first_line(x, 200) for x in notes)]
+            lines += [f"- **{md_code(student)}**: " + "; ".join(md_code(first_line(x, 200)) for x in notes)]
     lines.append("")
     markdown = "\n".join(lines)
     write_atomically(out / "summary.md", markdown.encode())
@@ -113,8 +114,10 @@ def _missed_by_root_cause(records: list[dict]) -> dict[tuple[str, str], set[str]
 
 
 def _most_common(failed: list[dict]) -> str:
+    """The most common first line of the ``failed`` tests' messages, as a table cell: it quotes the students' code
+    and exceptions, so it is code (:func:`~autograder.untrusted.md_code`), never markdown."""
     common = Counter(first_line(t["message"]) for t in failed if t["message"]).most_common(1)
-    return f"{common[0][0]} ({common[0][1]}x)" if common else ""
+    return f"{md_code(common[0][0], table=True)} ({common[0][1]}x)" if common else ""
 
 
 def _concepts_missed(concepts: list[tuple[str, str, int, str]]) -> list[str]:
@@ -126,7 +129,7 @@ def _concepts_missed(concepts: list[tuple[str, str, int, str]]) -> list[str]:
             "Each graded test checks one concept the lab teaches; the students who handed the notebook in and lost "
             "points because of it (its own failure, or a test it left \"not judged\"), most missed first.", "",
             "| notebook | concept | students | most common message |", "|---|---|---:|---|",
-            *[f"| {nb} | {title} | {n} | {message.replace('|', '/')} |"
+            *[f"| {nb} | {title} | {n} | {message} |"
               for nb, title, n, message in sorted(concepts, key=lambda row: (-row[2], row[0], row[1]))]]
 
 

@@ -32,6 +32,9 @@ from autograder.course.cells import gradebook_notebook
 from autograder.channel import RecheckReply, RecheckRequest, RecheckSpec
 from autograder.sandbox.context import current as _context
 from autograder.sandbox.kernels import KERNEL_START_TRIES, ZygoteKernelManager
+from autograder.untrusted import shown
+
+from .budget import CHARGED, OutputBudget, message_chars
 
 
 # --- execution ---------------------------------------------------------------------------------------------------------
@@ -62,6 +65,9 @@ class SandboxedExecute(Execute):
         config=True
     )
     output_limit = Integer(2_000_000, help="characters of output kept per cell; the rest is dropped").tag(config=True)
+    notebook_output_limit = Integer(5_000_000, help="characters of output kept for the whole notebook, errors and "
+                                    "tracebacks included (the lab's notebooks with every output are under 2 MB)").tag(
+        config=True)
 
     def __init__(self, **kw):
         kw["kernel_manager_class"] = ZygoteKernelManager
@@ -78,14 +84,15 @@ class SandboxedExecute(Execute):
             except KernelStartError as exc:
                 if attempt == KERNEL_START_TRIES:
                     raise
-                print(f"kernel start, try {attempt} of {KERNEL_START_TRIES}: {exc}; trying again", file=sys.stderr)
+                print(f"kernel start, try {attempt} of {KERNEL_START_TRIES}: {shown(exc)}; trying again",
+                      file=sys.stderr)
                 _context().fatal = None
 
     def _run_notebook(self, nb, resources, km=None):
         from nbclient.client import NotebookClient
 
         ctx = _context()
-        self._output_used: dict[int, int] = {}
+        self.budget = OutputBudget(self.output_limit, self.notebook_output_limit)
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
@@ -152,6 +159,8 @@ class SandboxedExecute(Execute):
         skipped = skip_after_last_test(self.nb, last_test)
         if skipped:
             ctx.timings["cells_skipped"] = skipped
+        if self.budget.notebook_spent:
+            ctx.notes.append(f"output beyond the notebook's {self.notebook_output_limit:,} characters was dropped")
         if stop_reason is not None:
             ctx.notes.append(stop_reason.replace("not run: ", ""))
             for cell in self.nb.cells[stopped_at:last_test + 1]:  # those after it say why they were skipped
@@ -160,21 +169,36 @@ class SandboxedExecute(Execute):
         self._recheck(resources, timed_out, stopped_at)
         return self.nb, self.resources
 
-    def output(self, outs, msg, display_id, cell_index):
-        """Keep at most ``output_limit`` characters of a cell's output (errors always): a cell printing in a loop
-        must not fill the grader's memory before its time limit stops it."""
-        if msg.get("msg_type") == "error":
-            return super().output(outs, msg, display_id, cell_index)
+    def process_message(self, msg, cell, cell_index):
+        """Charge every output, error and widget message to the notebook's :class:`~.budget.OutputBudget` before
+        nbclient keeps it: a cell printing in a loop, or a notebook raising huge exceptions, must not fill the
+        grader's memory and OUT before its time limit stops it. An error is cut, never dropped."""
+        kind = msg.get("msg_type")
         content = msg.get("content", {})
-        size = len(content.get("text", "")) + sum(len(str(v)) for v in content.get("data", {}).values())
-        used = self._output_used.get(cell_index, 0)
-        self._output_used[cell_index] = used + size
-        if used + size <= self.output_limit:
-            return super().output(outs, msg, display_id, cell_index)
-        if used <= self.output_limit:  # the first message over the limit: say so, once
-            outs.append(NotebookNode(output_type="stream", name="stdout",
-                                     text=f"\n... output cut by the grader after {self.output_limit:,} characters\n"))
-        return None
+        if kind == "error":
+            self.budget.trim_error(content, cell_index)
+        elif kind == "clear_output":
+            self.budget.cleared(cell_index)
+        elif kind in CHARGED and not self.budget.take(cell_index, message_chars(msg)):
+            if self.budget.first_cut(cell_index):  # said once per cell
+                cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=(
+                    f"\n... output cut by the grader: more than {self.output_limit:,} characters in this cell or "
+                    f"{self.notebook_output_limit:,} in the notebook\n")))
+            return None
+        return super().process_message(msg, cell, cell_index)
+
+    def on_cell_executed(self, **kwargs):
+        """nbgrader appends the execute reply's error when no error output has its name (a timeout): it is cut and
+        charged like every other, and one already recorded (under its cut name) is not appended twice."""
+        reply, cell = kwargs.get("execute_reply"), kwargs["cell"]
+        content = (reply or {}).get("content", {})
+        if content.get("status") == "error":
+            if self.budget.is_recorded(content, cell.outputs):
+                content["ename"] = next(o.ename for o in cell.outputs if o.get("output_type") == "error"
+                                        and self.budget.is_recorded(content, [o]))
+            else:
+                self.budget.trim_error(content, kwargs["cell_index"])
+        return super().on_cell_executed(**kwargs)
 
     def _death_reason(self) -> str:
         ctx = _context()

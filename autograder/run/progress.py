@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from autograder.untrusted import shown
+
 SLOWEST = 5  # notebooks listed at the end
 
 
@@ -44,7 +46,9 @@ class Progress:
         return f"{self.done_tasks}/{self.total_tasks} notebooks"
 
     def log(self, message: str, terminal: bool = True) -> None:
-        """A line for the log, and for stderr unless a bar is showing there and ``terminal`` is False."""
+        """A line for the log, and for stderr unless a bar is showing there and ``terminal`` is False; whatever a
+        student chose in it (names, notes) reaches neither raw: every control character is escaped."""
+        message = shown(message, limit=None, keep_newlines=True)
         if self.log_path:
             with open(self.log_path, "a") as f:
                 f.write(message + "\n")

@@ -103,9 +103,20 @@ class ZygoteProvisioner(LocalProvisioner):
                 print(f"kernel start, try {attempt} of {KERNEL_START_TRIES}: {exc}; trying again", file=sys.stderr)
 
 
+def connection_file(kernel_id: str) -> str:
+    """Where a kernel's connection file (its ports and HMAC key) goes: jupyter's runtime folder, which the workers
+    set inside the run's scratch folder (``runtime-<pid>``), so that a run killed before it could remove the file
+    leaves it only there, where the next run removes the dead run's whole folder."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return os.path.join(jupyter_runtime_dir(), f"kernel-{kernel_id}.json")
+
+
 class ZygoteKernelManager(AsyncKernelManager):
     async def _async_pre_start_kernel(self, **kw):
+        self.kernel_id = self.kernel_id or str(uuid.uuid4())
+        if not self.connection_file:  # else jupyter_client mkstemps tmp*.json in TMPDIR: a killed run left them there
+            self.connection_file = connection_file(self.kernel_id)
         if self.provisioner is None:
-            self.kernel_id = self.kernel_id or str(uuid.uuid4())
             self.provisioner = ZygoteProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
         return await super()._async_pre_start_kernel(**kw)

@@ -21,7 +21,7 @@ import torch
 
 from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
 from . import evidence
-from .report import CheckReport, Failure
+from .report import CheckReport, Failure, capped
 from .. import exercises
 
 
@@ -137,8 +137,16 @@ def _error_facts(fn, exc: BaseException) -> dict:
             line = tb.tb_lineno
         tb = tb.tb_next
     source = linecache.getline(code.co_filename, line).strip() if line is not None else ""
-    return {"type": type(exc).__name__, "line": None if line is None else line - code.co_firstlineno + 1,
-            "source": source, "text": (str(exc).strip().splitlines() or [""])[0][:300]}
+    return {"type": capped(type(exc).__name__, 100), "line": None if line is None else line - code.co_firstlineno + 1,
+            "source": capped(source), "text": capped((_text(exc).strip().splitlines() or [""])[0])}
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or what it raised instead: a student's ``__str__`` may itself raise."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"(its text could not be read: {type(inner).__name__})"
 
 
 def _exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
@@ -160,7 +168,8 @@ def _check_signature(report: CheckReport, fn, exercise: str, name: str | None = 
     contract = exercises.function(exercise, name)
     name, params, keywords, wanted = contract.name, contract.params, contract.keywords, contract.call
     if not callable(fn):
-        report.failures.append(Failure("signature", f"{name} is a {type(fn).__name__}, not a function: define "
+        kind = capped(type(fn).__name__, 100)
+        report.failures.append(Failure("signature", f"{name} is a {kind}, not a function: define "
                                                     f"def {wanted}:"))
         return False
     try:
@@ -203,4 +212,5 @@ def _show(value) -> str:
         return f"a tensor of shape {tuple(value.shape)}"
     if isinstance(value, (tuple, list)) and len(value) <= 3 and all(isinstance(v, numbers.Number) for v in value):
         return repr(value)
-    return f"a {type(value).__name__}" + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else "")
+    return f"a {capped(type(value).__name__, 100)}" + (f" of length {len(value)}" if isinstance(value, (tuple, list))
+                                                         else "")

@@ -13,6 +13,16 @@ import torch
 
 from ..trace import Event, format_events
 
+STUDENT_CHARS = 300  # one piece of a student's code quoted in a message: a class name, a line, an exception's text
+MESSAGE_CHARS = 4_000  # a whole message (the longest the checks write is ~600 characters); details: ten times that
+
+
+def capped(text: object, limit: int = STUDENT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (saying so): what a student wrote is quoted, never copied whole (an 8 MB
+    exception class name made a 23 MB student JSON, through every copy of the message)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit:,} characters cut]"
+
 
 @dataclass
 class Failure:
@@ -23,6 +33,10 @@ class Failure:
     message: str
     step: int | None = None
     details: str = ""
+
+    def __post_init__(self) -> None:
+        self.message = capped(self.message, MESSAGE_CHARS)  # the last cap: whatever a message quotes, it is bounded
+        self.details = capped(self.details, 10 * MESSAGE_CHARS)
 
     def __str__(self) -> str:
         text = f"[{self.check}] {self.message}"

@@ -26,9 +26,9 @@ from autograder.course.submissions import SubmissionsError, check_notebook, disc
 from labutils import exercises
 
 try:
-    from autograder_cases import build
+    from autograder_cases import build, toy
 except ImportError:
-    from tests.autograder_cases import build
+    from tests.autograder_cases import build, toy
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
@@ -151,20 +151,8 @@ def test_grade_the_class_feedback_summary_and_isolation(graded_class):
 
 
 def toy_notebook(body: str, extra_cells: tuple[str, ...] = ()) -> nbformat.NotebookNode:
-    def meta(gid, **kw):
-        return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3,
-                             "solution": False, "task": False, **kw}}
-
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    nb.cells = [
-        nbformat.v4.new_markdown_cell("# Toy"),
-        nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=meta("add", solution=True)),
-        *[nbformat.v4.new_code_cell(src) for src in extra_cells],
-        nbformat.v4.new_code_cell('"""Check add"""\nassert add(1, 2) == 3',
-                                  metadata=meta("test_add", grade=True, locked=True, points=1)),
-    ]
-    return nb
+    """The toy assignment with its visible test only, ``extra_cells`` before it."""
+    return toy.notebook(body, answer=None, before=extra_cells, hidden=False)
 
 
 @pytest.mark.slow

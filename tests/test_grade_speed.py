@@ -12,27 +12,19 @@ import pytest
 
 from autograder.run.execute import SKIPPED, last_graded_code_cell, skip_after_last_test
 
+try:
+    from autograder_cases.toy import notebook
+except ImportError:
+    from tests.autograder_cases.toy import notebook
+
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.autograder
 
 
-def _meta(gid: str, **kw) -> dict:
-    return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3, "solution": False,
-                         "task": False, **kw}}
-
-
 def toy(body: str, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> nbformat.NotebookNode:
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    nb.cells = [
-        nbformat.v4.new_markdown_cell("# Toy"),
-        nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=_meta("add", solution=True)),
-        *[nbformat.v4.new_code_cell(src) for src in before],
-        nbformat.v4.new_code_cell('"""Check add"""\nassert add(1, 2) == 3',
-                                  metadata=_meta("test_add", grade=True, locked=True, points=1)),
-        *[nbformat.v4.new_code_cell(src) for src in after],
-        nbformat.v4.new_markdown_cell("The end."),
-    ]
+    """The toy assignment with its visible test only, and a markdown cell at the very end."""
+    nb = notebook(body, answer=None, before=before, after=after, hidden=False)
+    nb.cells.append(nbformat.v4.new_markdown_cell("The end."))
     return nb
 
 

@@ -1,6 +1,7 @@
 """A one-notebook assignment that grades in seconds: the deadline, export and Gradescope tests grade it instead of
 the lab's nine notebooks. ``00_toy``: ``add`` with a visible test (1 point), a hidden test (2 points), and a written
-answer graded by hand (2 points)."""
+answer graded by hand (2 points). The grader's own tests build variants of it (extra cells before or after the test,
+no hidden test, no written answer) with :func:`notebook`."""
 
 from __future__ import annotations
 
@@ -20,20 +21,28 @@ def _meta(gid: str, **kw) -> dict:
                          "task": False, **kw}}
 
 
-def notebook(body: str, answer: str = "YOUR ANSWER HERE") -> nbformat.NotebookNode:
-    """The toy notebook with ``body`` as add's body and ``answer`` as the written answer."""
+def notebook(body: str, answer: str | None = "YOUR ANSWER HERE", before: tuple[str, ...] = (),
+             after: tuple[str, ...] = (), hidden: bool = True) -> nbformat.NotebookNode:
+    """The toy notebook with ``body`` as add's body: code cells ``before`` and ``after`` its visible test, its hidden
+    test when ``hidden``, and ``answer`` as the written answer (None: no written answer)."""
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                            "language": "python"}})
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Toy"),
         nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=_meta("add", solution=True)),
+        *[nbformat.v4.new_code_cell(source) for source in before],
         nbformat.v4.new_code_cell('"""Check add on small numbers"""\nassert add(1, 2) == 3',
                                   metadata=_meta("test_add", grade=True, locked=True, points=1)),
-        nbformat.v4.new_code_cell('"""Check add on larger numbers"""\n### BEGIN HIDDEN TESTS\n'
-                                  'assert add(7, 3) == 10, "add(7, 3) should be 10"\n### END HIDDEN TESTS\n',
-                                  metadata=_meta("test_add_hidden", grade=True, locked=True, points=2)),
-        nbformat.v4.new_markdown_cell(answer, metadata=_meta("answer", grade=True, solution=True, points=2)),
+        *[nbformat.v4.new_code_cell(source) for source in after],
     ]
+    if hidden:
+        nb.cells.append(nbformat.v4.new_code_cell(
+            '"""Check add on larger numbers"""\n### BEGIN HIDDEN TESTS\n'
+            'assert add(7, 3) == 10, "add(7, 3) should be 10"\n### END HIDDEN TESTS\n',
+            metadata=_meta("test_add_hidden", grade=True, locked=True, points=2)))
+    if answer is not None:
+        nb.cells.append(nbformat.v4.new_markdown_cell(answer, metadata=_meta("answer", grade=True, solution=True,
+                                                                             points=2)))
     return nb
 
 

@@ -143,6 +143,8 @@ def write_all(result, db_url: str) -> None:
     for outcome in result.outcomes.values():
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))
+            key = (outcome.student, outcome.notebook)
+            late_line(Path(outcome.feedback), (result.lateness or {}).get(key), penalties.get(key, 0.0))
     fields, table = grade_rows(rows, result.lateness)
     write_csv(out / "grades.csv", fields, table)  # formulas neutralised; a reader never sees half a file
     records = [student_record(result, s, test_max, by_hand, penalties) for s in result.students]

@@ -65,7 +65,9 @@ def open_submission(page, server, student: str, code_score: str):
     formgrader.locator("table tbody tr a").first.wait_for()  # the rows are loaded
     if not link.is_visible():  # submissions are anonymous until asked (formgrader remembers the choice)
         formgrader.get_by_role("button", name="Show All Names").click()
-    expect(formgrader.locator("tr", has=link)).to_contain_text(code_score)  # the autograded score grade stored
+    # the autograded score the grade stored; formgrader renders the table again after "Show All Names", which on a
+    # loaded machine took longer than expect's 5 s (the row was not found yet, twice in CI runs)
+    expect(formgrader.locator("tr", has=link)).to_contain_text(code_score, timeout=60_000)
     labpage.screenshot(page, "formgrader-1-submissions")
     link.click()
     return formgrader

@@ -63,7 +63,7 @@ def _students(tmp: Path) -> dict[str, build.Student]:
     return chosen
 
 
-class Run:
+class GraderRun:
     """``autograder grade`` below a subreaper (so that what a killed grader leaves is seen), in its own TMPDIR."""
 
     def __init__(self, submissions: Path, out: Path, tmp: Path, *extra: str, env: dict | None = None):
@@ -117,7 +117,7 @@ def _comparable(out: Path, student: str) -> dict:
     return record
 
 
-def _kill_when(run: Run, ready, timeout: float = 600, with_workers: bool = False) -> None:
+def _kill_when(run: GraderRun, ready, timeout: float = 600, with_workers: bool = False) -> None:
     """SIGKILL the grader (only it: the rest must go by itself; ``with_workers``: its workers too, at once, as an OOM
     killer or ``kill -9`` of the process group would) as soon as ``ready()`` holds."""
     deadline = time.monotonic() + timeout
@@ -139,7 +139,7 @@ def _kernel_running(scratch: Path) -> bool:
 LEFT_WAIT_S = 15
 
 
-def _left_after(run: Run) -> list[dict]:
+def _left_after(run: GraderRun) -> list[dict]:
     """What is still running below a killed grader once its death had time to travel down the tree (zygote, its
     forks, kernels, workers: each a SIGKILL, but a loaded machine takes a while to tear down big processes)."""
     deadline = time.monotonic() + LEFT_WAIT_S
@@ -155,7 +155,7 @@ def graded(tmp_path_factory):
     on_time = [st for name, st in students.items() if name != LATE]
     build.write_class(on_time, tmp / "submissions")
 
-    reference = Run(tmp / "submissions", tmp / "reference", tmp)
+    reference = GraderRun(tmp / "submissions", tmp / "reference", tmp)
     first = reference.exited(900)
     reference.stop()
     assert first["returncode"] == 0, reference.stderr[-3000:]
@@ -165,19 +165,19 @@ def graded(tmp_path_factory):
                    "during the gradebook write", "during the summary"):
         point = {"during the gradebook write": "gradebook", "during the summary": "summary"}.get(moment)
         if moment.startswith("with its workers"):  # nothing cleans up: what the run wrote stays where it wrote it
-            run = Run(tmp / "submissions", out, tmp)
+            run = GraderRun(tmp / "submissions", out, tmp)
             _kill_when(run, lambda: _kernel_running(run.tmpdir), with_workers=True)
         elif point is None:
-            run = Run(tmp / "submissions", out, tmp)
+            run = GraderRun(tmp / "submissions", out, tmp)
             before = _journal(out)
             _kill_when(run, lambda: len(_journal(out) - before) >= 1)
         else:  # too short a moment to aim at from outside: the grader kills itself there (journal.kill_point)
-            run = Run(tmp / "submissions", out, tmp, env={KILL_AT: point})
+            run = GraderRun(tmp / "submissions", out, tmp, env={KILL_AT: point})
         exited = run.exited(900 if point else 120)
         kills.append({"moment": moment, "kept": _journal(out), "left": _left_after(run), "exited": exited,
                       "stderr": run.stderr, "files": {p.name for p in out.iterdir()}})
         run.stop()
-    final = Run(tmp / "submissions", out, tmp)
+    final = GraderRun(tmp / "submissions", out, tmp)
     last = final.exited(900)
     final.stop()
     assert last["returncode"] == 0, final.stderr[-3000:]
@@ -238,12 +238,12 @@ def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):
                                   scheduler_port=0, dashboard_address=":0", memory_limit=0,
                                   local_directory=str(tmp_path / "dask")) as cluster:
         on_dask = ("--scheduler", cluster.scheduler_address)
-        run = Run(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
+        run = GraderRun(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
         _kill_when(run, lambda: len(_journal(out)) >= 1)
         run.exited(120)
         kept = _journal(out)
         run.stop()
-        final = Run(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
+        final = GraderRun(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
         last = final.exited(900)
         final.stop()
     assert kept and last["returncode"] == 0, final.stderr[-3000:]
@@ -257,7 +257,7 @@ def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):
 def test_a_late_student_is_graded_alone(graded):
     tmp, out = graded["tmp"], graded["out"]
     build.write_class([graded["students"][LATE]], tmp / "submissions")
-    run = Run(tmp / "submissions", out, tmp)
+    run = GraderRun(tmp / "submissions", out, tmp)
     exited = run.exited(900)
     run.stop()
     assert exited["returncode"] == 0, run.stderr[-3000:]

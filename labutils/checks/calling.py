@@ -31,7 +31,7 @@ class SimulatedCrash(BaseException):
 
 
 @dataclass
-class Run:
+class TracedCall:
     """What one call of a graded function did."""
 
     events: list[Event]
@@ -46,12 +46,12 @@ class Run:
         return self.error is None and self.reference is None and not self.crashed
 
 
-def _call(fn, args, tracer: Tracer, kwargs=None) -> Run:
+def _call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
     kwargs = kwargs or {}
     role = evidence.ROLE
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
         return _recorded(role.record(args, kwargs), tracer)
-    run = Run(tracer.events, moves=tracer.moves)
+    run = TracedCall(tracer.events, moves=tracer.moves)
     with tracer:
         try:
             run.result = fn(*args, **kwargs)
@@ -79,8 +79,8 @@ class ObservedError(Exception):
         self.facts = facts
 
 
-def _recorded(record, tracer: Tracer) -> Run:
-    """The judge's Run of a call, from the observer's record (checked to be what a Run holds)."""
+def _recorded(record, tracer: Tracer) -> TracedCall:
+    """The judge's TracedCall of a call, from the observer's record (checked to be what a TracedCall holds)."""
     if not isinstance(record, dict):
         raise evidence.EvidenceError("a call's record is not a dict")
     events, moves, error = record.get("events"), record.get("moves"), record.get("error")
@@ -92,7 +92,7 @@ def _recorded(record, tracer: Tracer) -> Run:
         raise evidence.EvidenceError("a call's record does not describe a run")
     tracer.events[:] = events
     tracer.moves[:] = moves
-    return Run(tracer.events, result=record.get("result"), error=None if error is None else ObservedError(error),
+    return TracedCall(tracer.events, result=record.get("result"), error=None if error is None else ObservedError(error),
                reference=reference, crashed=record.get("crashed") is True, moves=tracer.moves)
 
 

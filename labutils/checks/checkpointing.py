@@ -17,7 +17,7 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer
-from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _scratch,
+from .calling import (TracedCall, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _scratch,
                       _show)
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
 from .world import INIT_SCALE, SEED, _images, _tiny_model
@@ -124,8 +124,8 @@ _ARGS = exercises.get("checkpoint")
 
 class CkptCtx:
     path: Path
-    save: Run
-    load: Run | None = None
+    save: TracedCall
+    load: TracedCall | None = None
     saved: dict | None = None
     loaded: dict | None = None
     final_a: dict | None = None
@@ -318,7 +318,7 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
         batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]
         a = _ckpt_objects(SEED)
         _train_steps(a, batches[:3])
-        c = CkptCtx(Path(tmp) / _ARGS.argument("path").values[0], save=Run([]), saved=_state_of(a))
+        c = CkptCtx(Path(tmp) / _ARGS.argument("path").values[0], save=TracedCall([]), saved=_state_of(a))
         c.save = _call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
                        Tracer(files=True, watch=[c.path], forbidden=forbidden))
         report.trace = c.save.events

@@ -14,7 +14,7 @@ from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, mark_batches
 from . import on_gpu
-from .calling import (Run, _call, _check_signature, _exception_failure, _isolated, _number_problem,
+from .calling import (TracedCall, _call, _check_signature, _exception_failure, _isolated, _number_problem,
                       _reference_failure, _show)
 from .report import CheckReport, Failure, NotJudged, _beside, _run_stages, as_given, shown
 from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
@@ -26,7 +26,7 @@ class EvalView:
     model: torch.nn.Module
     reference: torch.nn.Module
     batches: list
-    run: Run
+    run: TracedCall
     training_after: bool = True
     device: str = DEVICE
 

@@ -16,7 +16,7 @@ from .. import exercises
 from ..checkpoint import compare_states
 from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
-from .calling import (Run, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
+from .calling import (TracedCall, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
                       _reference_failure, _scratch, _show)
 from . import evidence, on_gpu
 from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
@@ -61,11 +61,11 @@ class _OnStep:
 @dataclass
 class ResumeCtx:
     fn: object
-    full: Run
+    full: TracedCall
     full_log: _OnStep
-    crash: Run
+    crash: TracedCall
     crash_log: _OnStep
-    resumed: Run
+    resumed: TracedCall
     resumed_log: _OnStep
     final_full: dict
     final_resumed: dict

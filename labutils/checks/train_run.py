@@ -14,7 +14,7 @@ from torch.optim.lr_scheduler import LinearLR
 from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, global_norm, mark_batches
-from .calling import Run, _call
+from .calling import TracedCall, _call
 from .report import _beside
 from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
                     N_TRAIN, OVERFLOW_AT, SEED, _crafted_labels, _images, _match, _tiny_model)
@@ -138,7 +138,7 @@ class Micro:
 class TrainView:
     """A student's run of train_one_epoch, indexed for the checks: steps, windows of micro-batches, references."""
 
-    def __init__(self, case: TrainCase, run: Run):
+    def __init__(self, case: TrainCase, run: TracedCall):
         self.case, self.run, self.events = case, run, run.events
         self.exercise = case.exercise
         self.tol = 2e-2 if case.amp_dtype is not None else 1e-3

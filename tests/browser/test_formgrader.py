@@ -62,12 +62,13 @@ def open_submission(page, server, student: str, code_score: str):
     formgrader.get_by_role("link", name=ASSIGNMENT).click()
     formgrader.get_by_role("link", name=NOTEBOOK).click()
     link = formgrader.get_by_role("link", name=student, exact=True)
-    formgrader.locator("table tbody tr a").first.wait_for()  # the rows are loaded
-    if not link.is_visible():  # submissions are anonymous until asked (formgrader remembers the choice)
+    # the submissions' rows, drawn once formgrader has fetched them: "table tbody tr a" alone also matched the
+    # previous page's table, so "Show All Names" could be clicked before any row existed, reveal nothing, and leave
+    # the student's name hidden (it failed that way in two full runs on a loaded machine)
+    formgrader.locator("#main-table a.name-hidden").first.wait_for(timeout=60_000)
+    if not link.is_visible():  # submissions are anonymous until asked
         formgrader.get_by_role("button", name="Show All Names").click()
-    # the autograded score the grade stored; formgrader renders the table again after "Show All Names", which on a
-    # loaded machine took longer than expect's 5 s (the row was not found yet, twice in CI runs)
-    expect(formgrader.locator("tr", has=link)).to_contain_text(code_score, timeout=60_000)
+    expect(formgrader.locator("tr", has=link)).to_contain_text(code_score)  # the autograded score the grade stored
     labpage.screenshot(page, "formgrader-1-submissions")
     link.click()
     return formgrader

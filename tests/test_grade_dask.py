@@ -303,3 +303,74 @@ def test_an_idle_workers_zygote_is_stopped():
     assert not plugin.stop_if_idle(100.0 + dist.IDLE_S - 1) and not closed
     assert plugin.stop_if_idle(100.0 + dist.IDLE_S) and closed == [True] and plugin.zygote is None
     assert not plugin.stop_if_idle(1e9) and closed == [True]
+
+
+def test_a_replaced_plugins_last_task_cannot_touch_the_next_runs(tmp_path, monkeypatch):
+    """A killed client's task runs on in its worker thread after the next run registers its plug-in (same name: same
+    template and code), which replaces the first. The new instance gets a folder of its own, which the old task's
+    clean-up cannot remove, and its tasks wait until the old task has ended: one grading context per process (the
+    resume-on-Dask test saw a task of the next run graded differently from an uninterrupted run)."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from autograder import layout
+    from autograder.channel import Result
+
+    class FakeWorker:
+        local_directory, address = str(tmp_path), "tcp://w:1"
+
+        async def set_resources(self, **_):
+            pass
+
+    class FakeZygote:
+        def alive(self):
+            return True
+
+        def close(self):
+            pass
+
+    old_may_end, events = threading.Event(), []
+
+    def fake_grade(task, run, zygote):
+        folder = layout.task_dir(run.work_dir, task.id)
+        folder.mkdir(parents=True)
+        events.append(("start", task.student))
+        if task.student == "old":
+            assert old_may_end.wait(30)
+        events.append(("end", task.student, folder.is_dir()))
+        return Result(id=task.id, student=task.student, notebook=task.notebook)
+
+    monkeypatch.setattr(dist.GraderPlugin, "_warm", lambda self: None)
+    monkeypatch.setattr(dist, "code_version", lambda: "v")
+    monkeypatch.setattr(dist, "_grade", fake_grade)
+    monkeypatch.setattr(dist, "_unpack", lambda remote, inbox: remote.task)
+    run = RunConfig(template_db="", work_dir="", cell_timeout=1, notebook_timeout=1, memory_mb=4096, threads=1)
+    old, new = dist.GraderPlugin(b"t", "v", run), dist.GraderPlugin(b"t", "v", run)
+    assert old.name == new.name
+    worker = FakeWorker()
+
+    def remote(student):
+        task = Task(id=f"{student}--01_baseline", student=student, notebook="01_baseline", path="/nowhere.ipynb")
+        return SimpleNamespace(task=task, template_sha=old.template_sha, code_version="v")
+
+    asyncio.run(old.setup(worker))
+    old.zygote = FakeZygote()
+    orphan = threading.Thread(target=old.grade, args=(remote("old"),))
+    orphan.start()
+    while not events:
+        time.sleep(0.01)
+    asyncio.run(old.teardown(worker))  # what registering the next run's plug-in does first
+    asyncio.run(new.setup(worker))
+    new.zygote = FakeZygote()
+    assert new.work != old.work and new.work.is_dir()
+    second = threading.Thread(target=new.grade, args=(remote("new"),))
+    second.start()
+    time.sleep(0.5)
+    assert events == [("start", "old")], "the next run's task started beside the old one"
+    old_may_end.set()
+    orphan.join(30)
+    second.join(30)
+    assert events == [("start", "old"), ("end", "old", False), ("start", "new"), ("end", "new", True)]
+    assert new.work.is_dir()
+    asyncio.run(new.teardown(worker))

@@ -117,6 +117,15 @@ def _comparable(out: Path, student: str) -> dict:
     return record
 
 
+def _assert_same_record(out: Path, reference: Path, student: str) -> None:
+    """The student's JSON in ``out`` equals the reference's; when not, the message shows the tests that differ whole
+    (pytest's diff of the record cuts them)."""
+    got, want = _comparable(out, student), _comparable(reference, student)
+    differing = [(a, b) for a, b in zip(got["tests"], want["tests"]) if a != b]
+    assert got == want, f"{student}: {len(differing)} test(s) differ:\n" + "\n".join(
+        f"got      {a}\nexpected {b}" for a, b in differing[:3])
+
+
 def _kill_when(run: GraderRun, ready, timeout: float = 600, with_workers: bool = False) -> None:
     """SIGKILL the grader (only it: the rest must go by itself; ``with_workers``: its workers too, at once, as an OOM
     killer or ``kill -9`` of the process group would) as soon as ``ready()`` holds."""
@@ -211,7 +220,7 @@ def test_the_resumed_run_equals_an_uninterrupted_one(graded):
     out, reference = graded["out"], graded["reference"]
     assert (out / "grades.csv").read_text() == (reference / "grades.csv").read_text()
     for name in CLASS:
-        assert _comparable(out, name) == _comparable(reference, name), name
+        _assert_same_record(out, reference, name)
     for kind in ("feedback", "autograded"):
         files = sorted(p.relative_to(reference) for p in (reference / kind).rglob("*") if p.is_file())
         assert files and sorted(p.relative_to(out) for p in (out / kind).rglob("*") if p.is_file()) == files
@@ -251,7 +260,7 @@ def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):
     assert reused and int(reused.group(1)) >= len(kept), final.stderr[-2000:]
     assert (out / "grades.csv").read_text() == (graded["reference"] / "grades.csv").read_text()
     for name in CLASS:
-        assert _comparable(out, name) == _comparable(graded["reference"], name), name
+        _assert_same_record(out, graded["reference"], name)
 
 
 def test_a_late_student_is_graded_alone(graded):
@@ -265,7 +274,7 @@ def test_a_late_student_is_graded_alone(graded):
     assert f"{everyone} task(s) reused" in run.stderr and "1 to grade (1 new)" in run.stderr, run.stderr[-2000:]
     assert {r["student"] for r in build.read_csv(out / "grades.csv")} == {*CLASS, LATE}
     for name in CLASS:
-        assert _comparable(out, name) == _comparable(graded["reference"], name), name
+        _assert_same_record(out, graded["reference"], name)
 
 
 def test_a_second_run_on_a_busy_out_is_refused(graded, tmp_path):

@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -99,6 +100,10 @@ def mismatched_workers(versions: dict, mine: str) -> list[str]:
 # --- the worker side --------------------------------------------------------------------------------------------------
 
 _SPARE: dict = {}  # in a worker process: the zygote prewarm() started before the run's plug-in arrived
+# One task at a time in a worker process, whichever plug-in instance runs it: the grading context
+# (autograder.run.execute) is per process. A killed client's task keeps running in its worker thread after the next
+# run's plug-in replaced the first (Dask cannot stop a thread); the new run's tasks wait for it to end.
+_GRADING = threading.Lock()
 
 
 def prewarm(dask_worker) -> None:
@@ -106,13 +111,14 @@ def prewarm(dask_worker) -> None:
     as the local run's shared zygote does; the run's plug-in takes it over."""
     if "thread" in _SPARE:
         return
-    folder = Path(dask_worker.local_directory) / "looplab-zygote"
+    # its own folder: a plug-in being replaced removes the spare folder it took, which another run's prewarm must
+    # not share
+    folder = passable_folder(Path(tempfile.mkdtemp(prefix="looplab-zygote-", dir=dask_worker.local_directory)))
 
     def start() -> None:
         from autograder.sandbox.client import private_zygote
 
         try:
-            folder.mkdir(exist_ok=True)
             _SPARE["zygote"] = private_zygote(folder)
         except Exception as exc:  # the plug-in starts its own
             logger.warning("could not prewarm a zygote: %r", exc)
@@ -160,7 +166,7 @@ class GraderPlugin(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         self.address = worker.address
-        self.lock = threading.Lock()  # one task at a time: the grading context (autograder.run.execute) is per process
+        self.lock = _GRADING
         self.zygote = self.work = self.spare_folder = None
         self.refused = None
         mine = code_version()
@@ -170,8 +176,8 @@ class GraderPlugin(WorkerPlugin):
                             "restart the worker")
             logger.error(self.refused)
             return
-        self.work = Path(worker.local_directory) / self.name
-        shutil.rmtree(self.work, ignore_errors=True)
+        # its own folder, never the one of the instance it replaces: that one's last task may still be running
+        self.work = Path(tempfile.mkdtemp(prefix=self.name + "-", dir=worker.local_directory))
         (passable_folder(self.work) / "template").mkdir()
         (self.work / "template" / "gradebook.db").write_bytes(self.template)
         self.run = replace(self.run, template_db=str(self.work / "template" / "gradebook.db"), work_dir=str(self.work))

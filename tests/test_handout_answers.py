@@ -88,3 +88,12 @@ def test_lab_6s_answer_is_not_importable_from_the_handout():
 
     assert not hasattr(labutils.checkpoint, "save_checkpoint")
     assert not hasattr(labutils.checkpoint, "restore_checkpoint")
+
+
+def test_lab_7s_own_pair_handed_in_as_lab_6s_answer_earns_nothing():
+    """The pair lab 7's check hands the loop ships with the checks; one instance as both halves (so the load finds
+    what the save held) still earns nothing: no temp file and rename, nothing on disk that loads."""
+    from labutils.checks.resumable import HeldCheckpoints
+
+    held = HeldCheckpoints()
+    assert _points(held.save_checkpoint, held.load_checkpoint) == set()

@@ -199,7 +199,7 @@ def resumable_reports_progress(model, optimizer, scheduler, train_loader, epochs
     from labutils.checkpoint import latest_checkpoint
 
     latest = latest_checkpoint(ckpt_dir)
-    step = 0 if latest is None else load_checkpoint(latest, model, optimizer, scheduler, None)  # noqa: F821
+    step = 0 if latest is None else load_checkpoint(latest, model, optimizer, scheduler, None)  # noqa: F821 (lab 6's)
     model.train()
     while step < epochs * len(train_loader):
         step += 1

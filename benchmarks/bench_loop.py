@@ -50,10 +50,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from labutils.checkpoint import last_name, rotate, save_checkpoint
+from labutils.checkpoint import last_name, rotate
 from labutils.data import MEAN, STD, cache_dir, ensure_data, load_splits, make_loader, normalize
 from labutils.memory import keep_freed_memory
 from labutils.models import SmallCNN
+from labutils.reference.checkpoint import save_checkpoint
 from labutils.reference.loop import train_one_epoch
 from labutils.reference.optim import make_scheduler
 

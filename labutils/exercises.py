@@ -301,11 +301,13 @@ EXERCISES: tuple[Exercise, ...] = (
         "train_resumable", ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every",
                             "device"), "int",
         "resumes from the newest checkpoint in `ckpt_dir` if any, newest by the step in its name, never by file time "
-        "(`labutils.checkpoint.latest_checkpoint`; `restore_checkpoint(path, *, model, optimizer, scheduler)` takes "
-        "keywords only and returns a dict whose `\"step\"` is the saved step); puts the model in train mode (it may "
-        "come in eval mode); calls `labutils.data.set_position(train_loader, epoch, start_batch)` before every epoch "
-        "(`start_batch` is 0 except right after resuming; `len(train_loader)` is the batches per epoch); saves "
-        "`ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps (`labutils.checkpoint.save_checkpoint`); "
+        "(`labutils.checkpoint.latest_checkpoint`), with the student's own lab 6 `load_checkpoint(path, model, "
+        "optimizer, scheduler, None)`, which returns the saved step (the check hands the loop a correct pair of its "
+        "own under the names `save_checkpoint` and `load_checkpoint`, so a lab 6 mistake costs nothing here); puts the "
+        "model in train mode (it may come in eval mode); calls `labutils.data.set_position(train_loader, epoch, "
+        "start_batch)` before every epoch (`start_batch` is 0 except right after resuming; `len(train_loader)` is the "
+        "batches per epoch); saves `ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps with lab 6's "
+        "`save_checkpoint(path, model, optimizer, scheduler, None, step)`; "
         "calls `on_step(step, loss)` after every optimizer step (after the save; `loss` is that step's mean training "
         "loss as a float); no clipping; returns the final global step",
         ("on_step",)),), "resumable:check_resume", (),
@@ -423,9 +425,9 @@ _REFERENCE_LOOP = ("labutils.reference.loop:train_one_epoch", "labutils.referenc
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{exercise: _REFERENCE_LOOP for exercise in TRAIN_EXERCISES},
     "evaluate": ("labutils.evaluation:evaluate", "labutils.reference.loop:evaluate", "labutils.reference.loop:fit"),
-    "checkpoint": ("labutils.checkpoint:save_checkpoint", "labutils.checkpoint:restore_checkpoint",
-                   "labutils.checkpoint:atomic_save", "labutils.checkpoint:verified_load",
-                   "labutils.checkpoint:load_latest_valid"),
+    "checkpoint": ("labutils.reference.checkpoint:save_checkpoint", "labutils.reference.checkpoint:restore_checkpoint",
+                   "labutils.reference.checkpoint:atomic_save", "labutils.reference.checkpoint:verified_load",
+                   "labutils.reference.checkpoint:load_latest_valid", "labutils.atomic:atomic_file"),
     "resume": ("labutils.reference.loop:fit", "labutils.reference.loop:train_one_epoch"),
     "normalize": ("labutils.data:normalize",),
     "param_groups": ("labutils.reference.optim:param_groups",),

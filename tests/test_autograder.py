@@ -336,6 +336,27 @@ def test_feedback_scrub_keeps_the_message_only():
     assert cell.outputs[0]["traceback"] == ["AssertionError: the step is wrong"]
 
 
+@needs_solutions
+def test_the_file_time_mutant_is_caught_through_the_grader(tmp_path):
+    """Issue 31: lab 7's "newest checkpoint by file time" mistake is caught where the grader judges it (the observer in
+    the sandbox, the judge outside it), not only in the notebook: the check makes an older checkpoint the newest file
+    between the crash and the resume, and the judge sees the resumed run start after that one."""
+    mutants = build._mutants()
+    variant = next(v for v in mutants.VARIANTS if v.name == "resume_latest_by_file_time")
+    solution = nbformat.read(SOLUTIONS / "07_crash_resume.ipynb", as_version=4)
+    folder = tmp_path / "submissions" / "file-time"
+    folder.mkdir(parents=True)
+    nbformat.write(build.with_function(solution, mutants.CONTRACT_NAMES["resume"], mutants.source(variant),
+                                       mutants.IMPORTS), folder / "07_crash_resume.ipynb")
+    proc = run_cli("grade", tmp_path / "submissions", "--out", tmp_path / "out", "-j", 1, "--timeout-cell", 60,
+                   "--timeout-notebook", 300, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    record = build.read_json(tmp_path / "out" / "file-time.json")
+    tests = {t["name"]: t for t in record["tests"] if t["notebook"] == "07_crash_resume" and t["kind"] != "manual"}
+    assert {name for name, t in tests.items() if not t["passed"]} == {"test_train_resumable_resumes"}, tests
+    assert variant.expected_message in tests["test_train_resumable_resumes"]["message"]
+
+
 # --- the handout ---------------------------------------------------------------------------------------------------------
 
 

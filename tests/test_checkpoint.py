@@ -1,4 +1,4 @@
-"""Checkpoints: atomic, complete, verified, rotated, and recoverable."""
+"""Checkpoints: atomic, complete, verified, rotated, and recoverable (the reference's writer, the shipped helpers)."""
 
 import random
 import subprocess
@@ -12,6 +12,7 @@ import torch
 
 from labutils import checkpoint as ckpt
 from labutils.models import SmallCNN
+from labutils.reference import checkpoint as ref
 from labutils.reference.optim import make_scheduler
 
 
@@ -45,14 +46,14 @@ def test_rng_state_round_trips_for_python_numpy_and_torch():
 def test_checkpoint_is_complete_and_resume_is_exact(tmp_path):
     original = objects()
     train_steps(original, 3)
-    path = ckpt.save_checkpoint(tmp_path / ckpt.last_name(3), **original, step=3, position={"epoch": 0})
+    path = ref.save_checkpoint(tmp_path / ckpt.last_name(3), **original, step=3, position={"epoch": 0})
     assert path.name == "step-000003.pt" and (tmp_path / "step-000003.pt.sha256").exists()
     raw = torch.load(path, weights_only=True)  # only tensors and plain values: safe to load
     assert {"model", "optimizer", "scheduler", "scaler", "step", "rng", "torch_version", "num_threads"} <= raw.keys()
     train_steps(original, 4, seed=2)
 
     restored = objects(seed=99)  # different initial weights, overwritten by the load
-    state = ckpt.restore_checkpoint(path, **restored)
+    state = ref.restore_checkpoint(path, **restored)
     assert state["step"] == 3 and state["position"] == {"epoch": 0}
     train_steps(restored, 4, seed=2)
     for a, b in zip(original["model"].parameters(), restored["model"].parameters()):
@@ -62,10 +63,11 @@ def test_checkpoint_is_complete_and_resume_is_exact(tmp_path):
 
 
 def test_a_write_that_dies_half_way_leaves_the_previous_checkpoint_loadable(tmp_path):
-    ckpt.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
+    ref.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
     script = textwrap.dedent(f"""
         import os, torch
         from labutils import checkpoint as ckpt
+        from labutils.reference import checkpoint as ref
         from labutils.models import SmallCNN
         real_save = torch.save
         def dying_save(obj, f, *a, **k):
@@ -74,35 +76,35 @@ def test_a_write_that_dies_half_way_leaves_the_previous_checkpoint_loadable(tmp_
             os._exit(1)  # power cut in the middle of the write
         torch.save = dying_save
         m = SmallCNN(channels=(4, 8))
-        ckpt.save_checkpoint({str(tmp_path / ckpt.last_name(1))!r}, model=m,
+        ref.save_checkpoint({str(tmp_path / ckpt.last_name(1))!r}, model=m,
                              optimizer=torch.optim.AdamW(m.parameters()), step=2)
     """)
     assert subprocess.run([sys.executable, "-c", script]).returncode == 1
     restored = objects(seed=5)
-    state = ckpt.load_latest_valid(tmp_path, **restored, log=lambda *_: None)
+    state = ref.load_latest_valid(tmp_path, **restored, log=lambda *_: None)
     assert state is not None and state["step"] == 1  # the old file is intact under its name
 
 
 def test_a_flipped_byte_is_caught_and_loading_falls_back_to_the_previous(tmp_path):
     o = objects()
-    ckpt.save_checkpoint(tmp_path / ckpt.last_name(10), **o, step=10)
-    newest = ckpt.save_checkpoint(tmp_path / ckpt.last_name(20), **o, step=20)
+    ref.save_checkpoint(tmp_path / ckpt.last_name(10), **o, step=10)
+    newest = ref.save_checkpoint(tmp_path / ckpt.last_name(20), **o, step=20)
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0x01  # inside tensor data: torch.load alone would not notice
     newest.write_bytes(bytes(data))
     with pytest.warns(UserWarning, match="step-000020.pt: sha256 does not match"):
-        state = ckpt.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)
+        state = ref.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)
     assert state["step"] == 10
 
 
 def test_a_truncated_or_mismatching_newest_checkpoint_falls_back(tmp_path):
-    ckpt.save_checkpoint(tmp_path / ckpt.last_name(10), **objects(), step=10)
-    ckpt.save_checkpoint(tmp_path / ckpt.last_name(20), **objects(channels=(8, 8)), step=20)  # another model
-    truncated = ckpt.save_checkpoint(tmp_path / ckpt.last_name(30), **objects(), step=30)
+    ref.save_checkpoint(tmp_path / ckpt.last_name(10), **objects(), step=10)
+    ref.save_checkpoint(tmp_path / ckpt.last_name(20), **objects(channels=(8, 8)), step=20)  # another model
+    truncated = ref.save_checkpoint(tmp_path / ckpt.last_name(30), **objects(), step=30)
     truncated.write_bytes(truncated.read_bytes()[:1000])
     (tmp_path / "step-000030.pt.sha256").unlink()  # no checksum: the truncation itself must be detected
     with pytest.warns(UserWarning) as warned:
-        state = ckpt.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)
+        state = ref.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)
     assert state["step"] == 10
     messages = " ".join(str(w.message) for w in warned)
     assert "step-000030.pt: cannot be read" in messages and "step-000020.pt: does not fit this run" in messages
@@ -110,14 +112,14 @@ def test_a_truncated_or_mismatching_newest_checkpoint_falls_back(tmp_path):
 
 def test_no_valid_checkpoint_means_a_fresh_start_said_out_loud(tmp_path):
     said = []
-    assert ckpt.load_latest_valid(tmp_path, **objects(), log=said.append) is None
+    assert ref.load_latest_valid(tmp_path, **objects(), log=said.append) is None
     assert said == [f"starting fresh: no checkpoint in {tmp_path}"]
 
 
 def test_rotation_keeps_the_newest_k(tmp_path):
     o = objects()
     for step in (100, 200, 300, 400):
-        ckpt.save_checkpoint(tmp_path / ckpt.last_name(step), **o, step=step)
+        ref.save_checkpoint(tmp_path / ckpt.last_name(step), **o, step=step)
         ckpt.rotate(tmp_path, keep_last=2)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step-000300.pt", "step-000400.pt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -126,12 +128,12 @@ def test_rotation_keeps_the_newest_k(tmp_path):
 
 def test_a_different_thread_count_is_warned_about(tmp_path):
     o = objects()
-    path = ckpt.save_checkpoint(tmp_path / "x.pt", **o, step=1)
+    path = ref.save_checkpoint(tmp_path / "x.pt", **o, step=1)
     state = torch.load(path, weights_only=True)
     state["num_threads"] = torch.get_num_threads() + 7
-    ckpt.atomic_save(state, path)
+    ref.atomic_save(state, path)
     with pytest.warns(UserWarning, match="threads"):
-        ckpt.restore_checkpoint(path, **o)
+        ref.restore_checkpoint(path, **o)
 
 
 # --- no debris after a crash -----------------------------------------------------------------------------------------
@@ -141,6 +143,7 @@ def test_a_different_thread_count_is_warned_about(tmp_path):
 STALLING_RUN = textwrap.dedent("""
     import io, sys, torch
     from labutils import checkpoint as ckpt
+    from labutils.reference import checkpoint as ref
     from labutils.models import SmallCNN
 
     real_save = torch.save
@@ -159,7 +162,7 @@ STALLING_RUN = textwrap.dedent("""
     latest = ckpt.latest_checkpoint(folder)
     print(f"resumed from {latest.name if latest else None}", flush=True)
     model = SmallCNN(channels=(4, 8))
-    ckpt.save_checkpoint(f"{folder}/{ckpt.last_name(step)}", model, torch.optim.AdamW(model.parameters()), step=step)
+    ref.save_checkpoint(f"{folder}/{ckpt.last_name(step)}", model, torch.optim.AdamW(model.parameters()), step=step)
     print("saved", flush=True)
 """)
 
@@ -179,7 +182,7 @@ def temp_files(folder):
 
 @pytest.mark.slow
 def test_writers_killed_mid_save_leave_no_temp_files_once_the_next_run_resumes(tmp_path):
-    ckpt.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
+    ref.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
     for step in (2, 3, 4):  # three runs, each SIGKILLed in the middle of writing its checkpoint
         proc, resumed = start_stalling_run(tmp_path, step)
         assert resumed == "resumed from step-000001.pt"  # the half-written files never count as checkpoints
@@ -189,7 +192,7 @@ def test_writers_killed_mid_save_leave_no_temp_files_once_the_next_run_resumes(t
         (left,) = temp_files(tmp_path)  # the kill leaves this run's half-written file; its start removed the last's
         assert left.startswith(f".step-{step:06d}.pt.")
 
-    state = ckpt.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)  # the next run resumes
+    state = ref.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)  # the next run resumes
     assert state["step"] == 1
     assert temp_files(tmp_path) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000001.pt", "step-000001.pt.sha256"]
@@ -197,12 +200,12 @@ def test_writers_killed_mid_save_leave_no_temp_files_once_the_next_run_resumes(t
 
 @pytest.mark.slow
 def test_a_temp_file_a_live_writer_is_writing_is_left_alone(tmp_path):
-    ckpt.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
+    ref.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
     proc, _ = start_stalling_run(tmp_path, 2)
     try:
         (live,) = temp_files(tmp_path)
         assert ckpt.remove_stale_temp_files(tmp_path) == []
-        assert ckpt.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)["step"] == 1
+        assert ref.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)["step"] == 1
         assert ckpt.latest_checkpoint(tmp_path).name == "step-000001.pt"
         assert temp_files(tmp_path) == [live]  # three resumes later, still there
         proc.stdin.write("go on\n")
@@ -218,7 +221,7 @@ def test_a_temp_file_a_live_writer_is_writing_is_left_alone(tmp_path):
     model = SmallCNN(channels=(4, 8))
     with warnings.catch_warnings():  # the writer's torch thread count may not be this process's: not tested here
         warnings.simplefilter("ignore", UserWarning)
-        state = ckpt.restore_checkpoint(tmp_path / "step-000002.pt", model=model,
+        state = ref.restore_checkpoint(tmp_path / "step-000002.pt", model=model,
                                         optimizer=torch.optim.AdamW(model.parameters()))
     assert state["step"] == 2  # the writer we left alone wrote a complete, verified checkpoint
 

@@ -614,3 +614,21 @@ def test_lab_8_evaluates_the_accelerate_model_at_the_precision_of_the_plain_one(
     plain = namespace["plain_val_loss"], namespace["plain_acc"]
     assert plain == (namespace["acc_val_loss"], namespace["acc_acc"]), out.getvalue()
     assert len(set(re.findall(r"val acc ([\d.]+%)", out.getvalue()))) == 1, out.getvalue()
+
+
+# --- lab 7 judges the loop alone, whatever the student's own lab 6 pair does (issue 31) ----------------------------
+
+
+@pytest.mark.parametrize("pair", [("save_no_rng", "load_no_rng"), ("save_canonical", "load_forgets_scheduler"),
+                                  ("save_hardcoded_step", "load_canonical")])
+def test_a_lab_6_mistake_costs_lab_7_nothing(pair):
+    """A correct train_resumable whose notebook holds a buggy lab 6 pair earns every lab 7 point: the check hands the
+    loop a correct pair of its own, so a lab 6 mistake is never blamed on the loop (it was graded in lab 6)."""
+    import types
+
+    save, load = (getattr(mutants.b, name, None) or getattr(mutants.c, name) for name in pair)
+    loop = mutants.c.resume_canonical
+    with_buggy_pair = types.FunctionType(loop.__code__, {**loop.__globals__, "save_checkpoint": save,
+                                                         "load_checkpoint": load}, loop.__name__)
+    verdicts = checks.properties.verdicts("resume", check_resume(with_buggy_pair))
+    assert all(passed for passed, _ in verdicts.values()), verdicts

@@ -1,11 +1,18 @@
 """check_resume (07_crash_resume): train_resumable run three times (uninterrupted; crashing mid-epoch; restarted)
 must continue after the last checkpoint, in the middle of the epoch, and end bit-identical to the uninterrupted run.
+
+The loop calls the student's own lab 6 ``save_checkpoint`` / ``load_checkpoint`` (pasted into lab 7's notebook). The
+check hands it :class:`HeldCheckpoints` under those names instead, so that lab 7's verdicts judge the loop alone: a
+lab 6 mistake was graded in lab 6, and here could only be blamed on the loop (a lost RNG state would read as the loop's
+"the dropout masks differ"). The notebook checks the student's own pair beside this check, ungraded.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +20,7 @@ import torch
 from torch.optim.lr_scheduler import LinearLR
 
 from .. import exercises
-from ..checkpoint import compare_states
+from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
 from .calling import (TracedCall, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
@@ -29,6 +36,57 @@ R_IMAGES, R_CRASH_AT = 44, 10  # 6 batches/epoch, 12 steps; crash mid-epoch 2
 
 NO_LOSS = object()  # on_step(step) called without the loss
 evidence.CONSTANTS["NO_LOSS"] = NO_LOSS
+
+
+class HeldCheckpoints:
+    """Lab 6's ``save_checkpoint`` / ``load_checkpoint`` as this check hands them to ``train_resumable``: each state is
+    held in this process's memory under its path, and the file itself holds only a marker line, so the loop's names,
+    listings and file times are real while what it restores is known to be complete.
+
+    Not an answer to lab 6, and not a checkpoint: nothing is written atomically and nothing on disk can be loaded (the
+    check's crash is simulated inside this process, which is why memory is enough)."""
+
+    MARKER = b"a checkpoint held in memory by labutils.checks (lab 7's check)\n"
+
+    def __init__(self):
+        self._held: dict[str, dict] = {}
+
+    def save_checkpoint(self, path, model, optimizer, scheduler, scaler, step):
+        """Hold every part, as a complete lab 6 checkpoint would."""
+        self._held[os.path.abspath(path)] = copy.deepcopy({
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()})
+        Path(path).write_bytes(self.MARKER)
+
+    def load_checkpoint(self, path, model, optimizer, scheduler, scaler):
+        """Restore what was held for ``path`` into the objects given (those given as None stay as they are)."""
+        held = self._held.get(os.path.abspath(path))
+        if held is None or not Path(path).is_file():
+            raise FileNotFoundError(f"no checkpoint at {path}")
+        state = copy.deepcopy(held)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state["scheduler"] is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and state["scaler"] is not None:
+            scaler.load_state_dict(state["scaler"])
+        restore_rng_state(state["rng"])
+        return state["step"]
+
+
+def _with_held_pair(train_fn):
+    """``train_fn`` calling a fresh :class:`HeldCheckpoints`'s pair where it calls ``save_checkpoint`` /
+    ``load_checkpoint`` by name (its module's or notebook's own are left alone). In the grader's judge ``train_fn``
+    is only a stand-in that is never called, and is returned as it is."""
+    if not isinstance(train_fn, types.FunctionType):
+        return train_fn
+    held = HeldCheckpoints()
+    names = {"save_checkpoint": held.save_checkpoint, "load_checkpoint": held.load_checkpoint}
+    fn = types.FunctionType(train_fn.__code__, {**train_fn.__globals__, **names}, train_fn.__name__,
+                            train_fn.__defaults__, train_fn.__closure__)
+    fn.__kwdefaults__, fn.__qualname__ = train_fn.__kwdefaults__, train_fn.__qualname__
+    return fn
 
 
 def saved_steps(ckpt_dir: Path) -> list[int]:
@@ -253,8 +311,8 @@ def _rs_resume_step(c: ResumeCtx):
                "the newest checkpoint by the step in its name (latest_checkpoint(ckpt_dir)), never by file time.")
     elif first == 1:
         msg = (f"the second run started again at step 1: it did not resume from the newest checkpoint "
-               f"(step-{last:06d}.pt). Load it with latest_checkpoint(ckpt_dir) and checkpoint.restore_checkpoint, "
-               "and continue from the step it holds.")
+               f"(step-{last:06d}.pt). Load it with load_checkpoint(latest_checkpoint(ckpt_dir), model, optimizer, "
+               "scheduler, None) and continue from the step it returns.")
     else:
         msg = (f"the second run's first optimizer step was {first}, but the newest checkpoint was step-{last:06d}.pt, "
                f"so it should continue with step {last + 1}.")
@@ -323,12 +381,14 @@ def _rs_exact(c: ResumeCtx):
         return []
     return [Failure("exact_resume", _first_resumed_step_difference(c, first) or
                     f"the resumed run ended with a different state than the run that never stopped (first difference: "
-                    f"{diffs[0]}): restore everything from the checkpoint (checkpoint.restore_checkpoint).", first)]
+                    f"{diffs[0]}): restore everything with load_checkpoint(path, model, optimizer, scheduler, None).",
+                    first)]
 
 
 def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
     """Compare the resumed run's first optimizer step with the same step of the run that never stopped: same weights
-    before it? same learning rate? same gradient (same dropout masks)? The first difference names the culprit."""
+    before it? same learning rate? same gradient (same dropout masks)? The first difference names the culprit, which
+    is the loop's: the check's load_checkpoint (:class:`HeldCheckpoints`) restores every part it is handed."""
     full = [e for e in c.full.events if e.kind == "step"]
     resumed = [e for e in c.resumed.events if e.kind == "step"]
     if len(full) < step or not resumed:
@@ -336,16 +396,17 @@ def _first_resumed_step_difference(c: ResumeCtx, step: int) -> str | None:
     a, b = full[step - 1], resumed[0]
     restore = f"after resuming, step {step}"
     if compare_states(a.data["params"], b.data["params"]):
-        return f"{restore} started from other weights than the run that never stopped: restore the model's state."
+        return (f"{restore} started from other weights than the run that never stopped: load the checkpoint into the "
+                "model that trains (load_checkpoint(path, model, optimizer, scheduler, None)) and change it no more.")
     if a.info["lr"] != b.info["lr"]:
         return (f"{restore} used learning rate {b.info['lr'][0]:.4g} instead of {a.info['lr'][0]:.4g}: restore the "
-                "scheduler's state.")
+                "scheduler's state (hand the scheduler to save_checkpoint and load_checkpoint; build no new one).")
     if compare_states(a.data["grads"], b.data["grads"]):
         return (f"{restore} computed a different gradient from the same weights and batch: the dropout masks differ, "
-                "so the RNG state was not restored (checkpoint.restore_checkpoint restores it; restore_rng_state if "
-                "you load by hand).")
+                "so the RNG state was not the checkpoint's: load_checkpoint restores it, so seed or draw nothing "
+                "random after loading.")
     return (f"{restore} had the same weights, learning rate and gradient, but the update differed: restore the "
-            "optimizer's state (AdamW's moment estimates).")
+            "optimizer's state (AdamW's moment estimates: hand the optimizer that trains to load_checkpoint).")
 
 
 def _rs_epoch_order(c: ResumeCtx):
@@ -392,20 +453,21 @@ def check_resume(train_fn) -> CheckReport:
         return report
     images = _images(R_IMAGES, SEED)
     labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(SEED))
+    run_fn = _with_held_pair(train_fn)  # lab 6's pair known to be right: the loop alone is judged
     with _isolated(), _scratch() as tmp:
         dirs = [Path(tmp) / name for name in ("uninterrupted", "crashed")]
         for d in dirs:
             d.mkdir()
         full_log, crash_log, resumed_log = _OnStep(dirs[0]), _OnStep(dirs[1], R_CRASH_AT), _OnStep(dirs[1])
-        full, final_full = _resume_run(train_fn, images, labels, dirs[0], full_log)
+        full, final_full = _resume_run(run_fn, images, labels, dirs[0], full_log)
         report.trace = full.events
         runs = [(full, "")]
         on_disk = []
         if full.complete:
-            crash, _ = _resume_run(train_fn, images, labels, dirs[1], crash_log)
+            crash, _ = _resume_run(run_fn, images, labels, dirs[1], crash_log)
             on_disk = saved_steps(dirs[1])
             touched = _touch_older(dirs[1], on_disk)
-            resumed, final_resumed = _resume_run(train_fn, images, labels, dirs[1], resumed_log)
+            resumed, final_resumed = _resume_run(run_fn, images, labels, dirs[1], resumed_log)
             runs += [(crash, f" (in the run meant to crash at step {R_CRASH_AT})"), (resumed, " (when resuming)")]
         else:
             crash = resumed = full
@@ -424,7 +486,7 @@ def check_resume(train_fn) -> CheckReport:
     _run_stages(report, RESUME_STAGES, ctx, names)
     if full.complete:  # the arguments it must honour, judged whatever else went wrong
         with _isolated(), _scratch() as tmp:
-            varied = _varied(train_fn, images, labels, Path(tmp))
+            varied = _varied(_with_held_pair(train_fn), images, labels, Path(tmp))
         report.failures += varied
         for check in ("epochs", "device"):
             report.judge(check, [f for f in varied if f.check == check])
@@ -435,5 +497,5 @@ def check_resume(train_fn) -> CheckReport:
                 break
     if not report.failures:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
         with _isolated():
-            report.failures += on_gpu.resume_failures(train_fn, images, labels)
+            report.failures += on_gpu.resume_failures(_with_held_pair(train_fn), images, labels)
     return report

@@ -1,6 +1,7 @@
 """The instructor's side of labutils: the answers the lab asks students to write, and the tools that run them.
 
 - ``loop``: the reference training loop (every step of the lab in the canonical order);
+- ``checkpoint``: atomic, verified, complete checkpoints and the fallback to the newest valid one (lab 6's answer);
 - ``optim``: AdamW with parameter groups without decay (lab 8's answer), OneCycle and warmup + cosine schedules;
 - ``resume``: the crash-and-resume harness (reference run, crashing run, resumed run, tensor-by-tensor comparison);
 - ``pipeline``: the notebooks' stages run with the reference loop (``python -m labutils reference``);

@@ -23,8 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..amp import autocast_dtype, make_scaler
-from ..checkpoint import (BEST_NAME, atomic_save, last_name, load_latest_valid, remove_stale_temp_files, rotate,
-                          save_checkpoint, set_seed)
+from ..checkpoint import BEST_NAME, last_name, remove_stale_temp_files, rotate, set_seed
 from ..config import LabConfig
 from ..crash import exit_at_step
 from ..data import make_loaders, set_position
@@ -33,6 +32,7 @@ from ..evaluation import evaluate
 from ..memory import keep_freed_memory
 from ..models import SmallCNN
 from ..steplog import EPOCH_FIELDS, STEP_FIELDS, RowLog, epoch_log_path
+from .checkpoint import atomic_save, load_latest_valid, save_checkpoint
 from .optim import make_optimizer, make_scheduler, steps_per_epoch
 
 FINAL_NAME = "final.pt"

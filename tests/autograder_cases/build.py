@@ -218,6 +218,7 @@ MUTANTS = [  # (corpus variant, notebook): one per notebook, plus a wrong signat
     ("clip_before_unscale", "05_amp"),
     ("checkpoint_no_rng", "06_checkpointing"),
     ("resume_off_by_one", "07_crash_resume"),
+    ("resume_latest_by_file_time", "07_crash_resume"),  # the check's touch of an older file, seen by the grader too
     ("param_groups_decays_biases", "08_stretch"),
     ("missing_device", "01_baseline"),  # the wrong signature case
     ("typo_backwards", "01_baseline"),  # the exception case

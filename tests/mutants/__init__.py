@@ -163,12 +163,13 @@ BUGGY = [
     Variant("checkpoint_load_returns_dict", "checkpoint", (c.save_canonical, b.load_returns_dict), "return_value",
             "the saved step as an int"),
     Variant("checkpoint_uses_reference", "checkpoint", (b.save_uses_reference, c.load_canonical), "uses_reference",
-            "labutils.checkpoint.save_checkpoint"),
+            "labutils.atomic.atomic_file"),
     # 07
     Variant("resume_off_by_one", "resume", b.resume_off_by_one, "resume_step", "it should continue with step 9"),
     Variant("resume_restarts_epoch", "resume", b.resume_restarts_epoch, "mid_epoch", "set_position"),
     Variant("resume_never_loads", "resume", b.resume_never_loads, "resume_step", "started again at step 1"),
-    Variant("resume_forgets_rng", "resume", b.resume_forgets_rng, "exact_resume", "the RNG state was not restored"),
+    Variant("resume_forgets_rng", "resume", b.resume_forgets_rng, "exact_resume",
+            "the RNG state was not the checkpoint's"),
     Variant("resume_saves_after_on_step", "resume", b.resume_saves_after_on_step, "save_every",
             "no checkpoint step-000004.pt existed"),
     Variant("resume_positions_only_when_resuming", "resume", b.resume_positions_only_when_resuming, "epoch_order",
@@ -249,9 +250,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 
-from labutils import checkpoint as lab_checkpoint
+from labutils import atomic as lab_atomic
 from labutils import evaluation as lab_evaluation
-from labutils.checkpoint import (capture_rng_state, latest_checkpoint, restore_checkpoint, restore_rng_state,
-                                 save_checkpoint)
+from labutils.checkpoint import capture_rng_state, latest_checkpoint, restore_rng_state
 from labutils.data import MEAN, STD, set_position
 """

@@ -12,11 +12,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 
-from labutils import checkpoint as lab_checkpoint
+from labutils import atomic as lab_atomic
 from labutils import evaluation as lab_evaluation
-from labutils.checkpoint import (capture_rng_state, latest_checkpoint, restore_checkpoint, restore_rng_state,
-                                 save_checkpoint)
+from labutils.checkpoint import capture_rng_state, latest_checkpoint, restore_rng_state
 from labutils.data import MEAN, STD, set_position
+
+from .correct import load_checkpoint, save_checkpoint  # lab 6's pair, pasted above lab 7's loop in its notebook
 
 # --- 00 normalize_images ---------------------------------------------------------------------------------------------
 
@@ -856,9 +857,11 @@ def load_returns_dict(path, model, optimizer, scheduler, scaler):
 
 
 def save_uses_reference(path, model, optimizer, scheduler, scaler, step):
-    """Hands the work to the lab's own save_checkpoint."""
-    lab_checkpoint.save_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                                   step=step)
+    """Hands the atomic write to the lab's own atomic_file (a shipped helper, not the exercise's answer)."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()}
+    with lab_atomic.atomic_file(path) as f:
+        torch.save(state, f)
 
 
 # --- 07 crash and resume ---------------------------------------------------------------------------------------------
@@ -869,7 +872,7 @@ def resume_off_by_one(model, optimizer, scheduler, train_loader, epochs, ckpt_di
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"] + 1
+        step = load_checkpoint(latest, model, optimizer, scheduler, None) + 1
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -882,8 +885,7 @@ def resume_off_by_one(model, optimizer, scheduler, train_loader, epochs, ckpt_di
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -895,7 +897,7 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -908,8 +910,7 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
             if step == epochs * per_epoch:
@@ -918,15 +919,13 @@ def resume_restarts_epoch(model, optimizer, scheduler, train_loader, epochs, ckp
 
 
 def resume_forgets_rng(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device, on_step=None):
-    """Loads the checkpoint by hand and restores everything but the RNG: the dropout masks after resuming differ."""
+    """Seeds torch after loading, as a fresh start would: the RNG state the checkpoint brought back is thrown away,
+    so the dropout masks after resuming differ."""
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        state = torch.load(latest, weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step = state["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
+    torch.manual_seed(0)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -939,8 +938,7 @@ def resume_forgets_rng(model, optimizer, scheduler, train_loader, epochs, ckpt_d
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -960,8 +958,7 @@ def resume_never_loads(model, optimizer, scheduler, train_loader, epochs, ckpt_d
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -973,7 +970,7 @@ def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -988,8 +985,7 @@ def resume_saves_after_on_step(model, optimizer, scheduler, train_loader, epochs
             if on_step is not None:
                 on_step(step, loss.item())
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
     return step
 
 
@@ -1001,7 +997,7 @@ def resume_positions_only_when_resuming(model, optimizer, scheduler, train_loade
     per_epoch = len(train_loader)
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
         set_position(train_loader, step // per_epoch, step % per_epoch)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1013,8 +1009,7 @@ def resume_positions_only_when_resuming(model, optimizer, scheduler, train_loade
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1026,7 +1021,7 @@ def resume_no_train_mode(model, optimizer, scheduler, train_loader, epochs, ckpt
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     for epoch in range(step // per_epoch, epochs):
         set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
@@ -1038,8 +1033,7 @@ def resume_no_train_mode(model, optimizer, scheduler, train_loader, epochs, ckpt
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1052,7 +1046,7 @@ def resume_latest_by_file_time(model, optimizer, scheduler, train_loader, epochs
     found = [os.path.join(ckpt_dir, name) for name in os.listdir(ckpt_dir) if name.endswith(".pt")]
     if found:
         latest = max(found, key=os.path.getmtime)
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1065,8 +1059,7 @@ def resume_latest_by_file_time(model, optimizer, scheduler, train_loader, epochs
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1078,7 +1071,7 @@ def resume_restarts_epoch_runs_on(model, optimizer, scheduler, train_loader, epo
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1091,8 +1084,7 @@ def resume_restarts_epoch_runs_on(model, optimizer, scheduler, train_loader, epo
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1104,7 +1096,7 @@ def resume_epochs_from_the_lab(model, optimizer, scheduler, train_loader, epochs
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, 3):
@@ -1117,8 +1109,7 @@ def resume_epochs_from_the_lab(model, optimizer, scheduler, train_loader, epochs
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1370,7 +1361,7 @@ def resume_hardcoded_save_every(model, optimizer, scheduler, train_loader, epoch
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1384,8 +1375,7 @@ def resume_hardcoded_save_every(model, optimizer, scheduler, train_loader, epoch
             scheduler.step()
             step += 1
             if step % 4 == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1397,7 +1387,7 @@ def resume_hardcoded_epochs(model, optimizer, scheduler, train_loader, epochs, c
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, 2):
@@ -1411,8 +1401,7 @@ def resume_hardcoded_epochs(model, optimizer, scheduler, train_loader, epochs, c
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1452,7 +1441,7 @@ def resume_saves_every_step(model, optimizer, scheduler, train_loader, epochs, c
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1465,8 +1454,7 @@ def resume_saves_every_step(model, optimizer, scheduler, train_loader, epochs, c
             optimizer.step()
             scheduler.step()
             step += 1
-            save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                            scheduler=scheduler, step=step)
+            save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step
@@ -1478,7 +1466,7 @@ def resume_on_step_tensor_loss(model, optimizer, scheduler, train_loader, epochs
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1492,8 +1480,7 @@ def resume_on_step_tensor_loss(model, optimizer, scheduler, train_loader, epochs
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss)
     return step
@@ -1505,7 +1492,7 @@ def resume_replays_epoch_order(model, optimizer, scheduler, train_loader, epochs
     step = 0
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:
-        step = restore_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler)["step"]
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
     per_epoch = len(train_loader)
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -1519,8 +1506,7 @@ def resume_replays_epoch_order(model, optimizer, scheduler, train_loader, epochs
             scheduler.step()
             step += 1
             if step % save_every == 0:
-                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step)
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
             if on_step is not None:
                 on_step(step, loss.item())
     return step

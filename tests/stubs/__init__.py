@@ -43,6 +43,7 @@ DO_NOTHING = [
     *_stubs("accumulation", d.train_accumulation_release, d.train_accumulation_zero),
     *_stubs("amp", d.train_amp_release, d.train_amp_zero, d.train_amp_empty_norms),
     *_stubs("checkpoint", (d.save_release, d.load_release), (d.save_nothing, d.load_zero),
+            (d.save_from_the_handout, d.load_from_the_handout),
             (d.save_empty_dict, d.load_zero), (d.save_empty_dict, d.load_returns_step_key)),
     *_stubs("resume", d.resumable_release, d.resumable_zero, d.resumable_returns_nothing,
             d.resumable_reports_progress),

@@ -28,12 +28,8 @@ from labutils.checks import evidence, properties
 from labutils.trace import Event
 from autograder.hidden.recheck import Observed, _signature
 
-try:
-    import mutants
-    from autograder_cases import zygote_recheck
-except ImportError:  # tests/ imported as a package
-    from tests import mutants
-    from tests.autograder_cases import zygote_recheck
+import mutants
+from autograder_cases import zygote_recheck
 
 
 # --- the codec -------------------------------------------------------------------------------------------------------

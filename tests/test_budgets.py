@@ -159,7 +159,7 @@ def test_the_readme_states_the_budgets_the_code_applies():
 
     from autograder.course.submissions import LIMITS
     from autograder.run.execute import SandboxedExecute
-    from labutils.checks.report import STUDENT_CHARS
+    from labutils.quoting import STUDENT_CHARS
 
     security = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("## Security", 1)[1]
     sizes = security.split("**Sizes.**", 1)[1].split("**Leftover files.**", 1)[0]

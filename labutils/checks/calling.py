@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..quoting import capped
 from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
 from . import evidence
-from .report import CheckReport, Failure, capped
+from .report import CheckReport, Failure
 from .. import exercises
 
 

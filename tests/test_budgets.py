@@ -8,7 +8,7 @@ import linecache
 import nbformat
 import pytest
 
-from labutils.checks.calling import _error_facts, _exception_failure, _show
+from labutils.checks.calling import _error_facts, exception_failure, _show
 from labutils.checks.report import MESSAGE_CHARS, Failure
 
 pytestmark = pytest.mark.autograder
@@ -115,7 +115,7 @@ def test_a_huge_exception_name_source_line_and_text_are_capped(tmp_path):
     facts = _error_facts(fn, caught.value)
     assert all(len(facts[k]) <= 400 for k in ("type", "source", "text")), {k: len(v) for k, v in facts.items()
                                                                            if isinstance(v, str)}
-    message = _exception_failure("train", fn, caught.value).message
+    message = exception_failure("train", fn, caught.value).message
     assert len(message) < 2_000 and message.startswith("train raised EEEE")
 
 

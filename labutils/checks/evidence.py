@@ -5,7 +5,7 @@ read anything there (the check's state, the result channel) and write a verdict 
 (:mod:`autograder.hidden.recheck`) runs every check twice, in lockstep:
 
 - the **observer**, where the notebook's cells ran, calls the student's function as usual; after each call
-  (:func:`labutils.checks.calling._call`) it sends what the call left behind: the traced events, the return value,
+  (:func:`labutils.checks.calling.traced_call`) it sends what the call left behind: the traced events, the return value,
   the error, the state of every object it was handed (model, optimizer, scheduler, scaler, the check's callbacks)
   and the files in the check's scratch folders;
 - the **judge**, a process no student code ever ran in, runs the very same check on the same seeded objects, but in
@@ -415,7 +415,7 @@ CONSTANTS: dict[str, object] = {}  # a check's sentinel objects by name (resumab
 
 
 class Role:
-    """What :func:`labutils.checks.calling._call` does around a call under the grader's recheck; None elsewhere."""
+    """What :func:`labutils.checks.calling.traced_call` does around a call under the grader's recheck; else None."""
 
     def __init__(self, fd: int):
         self.fd = fd

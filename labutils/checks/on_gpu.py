@@ -18,7 +18,7 @@ import torch
 from .. import exercises
 from ..trace import Tracer
 from . import evidence
-from .calling import _call, _error_facts
+from .calling import traced_call, _error_facts
 from .report import Failure
 from .world import MAX_EVENTS
 
@@ -33,7 +33,7 @@ def available() -> bool:
 def _run(fn, args, tracer):
     """The call, with the CUDA generator put back after it (a check leaves the caller's RNG streams alone)."""
     with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
-        return _call(fn, args, tracer)
+        return traced_call(fn, args, tracer)
 
 
 def _failures(name: str, fn, run) -> list[Failure]:

@@ -112,7 +112,7 @@ def test_a_huge_exception_name_source_line_and_text_are_capped(tmp_path):
     fn = _raiser(tmp_path, HUGE, big)
     with pytest.raises(Exception) as caught:
         fn()
-    facts = _error_facts(fn, caught.value)
+    facts = vars(_error_facts(fn, caught.value))
     assert all(len(facts[k]) <= 400 for k in ("type", "source", "text")), {k: len(v) for k, v in facts.items()
                                                                            if isinstance(v, str)}
     message = exception_failure("train", fn, caught.value).message

@@ -74,9 +74,10 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
     if run.reference is None:
         run.reference = next((e.info["name"] for e in run.events if e.kind == "reference"), None)
     if isinstance(role, evidence.Observer):
-        role.after_call({"events": run.events, "result": run.result, "reference": run.reference,
-                         "crashed": run.crashed, "moves": run.moves,
-                         "error": None if run.error is None else _error_facts(fn, run.error)}, args, kwargs)
+        role.after_call(evidence.CallRecord(events=run.events, result=run.result, reference=run.reference,
+                                            crashed=run.crashed, moves=run.moves,
+                                            error=None if run.error is None else _error_facts(fn, run.error)),
+                        args, kwargs)
     return run
 
 
@@ -84,31 +85,22 @@ class ObservedError(Exception):
     """An exception the student's function raised in the grader's observer process, as the judge knows it: the
     facts a message needs (type, line, source, text), never the object."""
 
-    def __init__(self, facts: dict):
-        super().__init__(facts["text"])
+    def __init__(self, facts: evidence.ErrorFacts):
+        super().__init__(facts.text)
         self.facts = facts
 
 
-def _recorded(record, tracer: Tracer) -> TracedCall:
-    """The judge's TracedCall of a call, from the observer's record (checked to be what a TracedCall holds)."""
-    if not isinstance(record, dict):
-        raise evidence.EvidenceError("a call's record is not a dict")
-    events, moves, error = record.get("events"), record.get("moves"), record.get("error")
-    reference = record.get("reference")
-    if not (isinstance(events, list) and all(isinstance(e, Event) for e in events)
-            and isinstance(moves, list) and all(isinstance(m, torch.device) for m in moves)
-            and (reference is None or isinstance(reference, str))
-            and (error is None or isinstance(error, dict) and _facts_ok(error))):
+def _recorded(record: evidence.CallRecord, tracer: Tracer) -> TracedCall:
+    """The judge's TracedCall of a call, from the observer's record (its declared fields are checked as it is
+    decoded; the trace and the moves, values of the value codec, here)."""
+    if not all(isinstance(e, Event) for e in record.events) or \
+            not all(isinstance(m, torch.device) for m in record.moves):
         raise evidence.EvidenceError("a call's record does not describe a run")
-    tracer.events[:] = events
-    tracer.moves[:] = moves
-    return TracedCall(tracer.events, result=record.get("result"), error=None if error is None else ObservedError(error),
-               reference=reference, crashed=record.get("crashed") is True, moves=tracer.moves)
-
-
-def _facts_ok(facts: dict) -> bool:
-    return (all(isinstance(facts.get(k), str) for k in ("type", "source", "text"))
-            and (facts.get("line") is None or type(facts.get("line")) is int))
+    tracer.events[:] = record.events
+    tracer.moves[:] = record.moves
+    error = None if record.error is None else ObservedError(record.error)
+    return TracedCall(tracer.events, result=record.result, error=error, reference=record.reference,
+                      crashed=record.crashed, moves=tracer.moves)
 
 
 @contextmanager
@@ -138,7 +130,7 @@ def isolated():
             np.random.set_state(np_state)
 
 
-def _error_facts(fn, exc: BaseException) -> dict:
+def _error_facts(fn, exc: BaseException) -> evidence.ErrorFacts:
     """Where the student's code raised ``exc`` (the line in their function, not torch's) and what it said."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     line, tb = None, exc.__traceback__
@@ -147,8 +139,9 @@ def _error_facts(fn, exc: BaseException) -> dict:
             line = tb.tb_lineno
         tb = tb.tb_next
     source = linecache.getline(code.co_filename, line).strip() if line is not None else ""
-    return {"type": capped(type(exc).__name__, 100), "line": None if line is None else line - code.co_firstlineno + 1,
-            "source": capped(source), "text": capped((_text(exc).strip().splitlines() or [""])[0])}
+    return evidence.ErrorFacts(type=capped(type(exc).__name__, 100),
+                               line=None if line is None else line - code.co_firstlineno + 1, source=capped(source),
+                               text=capped((_text(exc).strip().splitlines() or [""])[0]))
 
 
 def _text(exc: BaseException) -> str:
@@ -163,9 +156,9 @@ def exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Fail
     """'train_one_epoch raised KeyError at line 7 (`...`): ...' pointing into the student's code, not torch's."""
     facts = exc.facts if isinstance(exc, ObservedError) else _error_facts(fn, exc)
     where = ""
-    if facts["line"] is not None:
-        where = f" at line {facts['line']} of {name}" + (f" (`{facts['source']}`)" if facts["source"] else "")
-    return Failure("exception", f"{name}{when} raised {facts['type']}{where}: {facts['text']}")
+    if facts.line is not None:
+        where = f" at line {facts.line} of {name}" + (f" (`{facts.source}`)" if facts.source else "")
+    return Failure("exception", f"{name}{when} raised {facts.type}{where}: {facts.text}")
 
 
 def reference_failure(name: str, reference: str) -> Failure:

@@ -40,9 +40,9 @@ def _failures(name: str, fn, run) -> list[Failure]:
     """What the GPU run showed: an exception (the usual sign of a tensor left on the CPU) or a move elsewhere."""
     if run.error is not None:
         facts = run.error.facts if hasattr(run.error, "facts") else _error_facts(fn, run.error)
-        where = f" at line {facts['line']} (`{facts['source']}`)" if facts["line"] is not None else ""
-        return [Failure("device", f"on the GPU (device={GPU!r}), {name} raised {facts['type']}{where}: "
-                                  f"{facts['text']}. Move every batch to device and make new tensors there "
+        where = f" at line {facts.line} (`{facts.source}`)" if facts.line is not None else ""
+        return [Failure("device", f"on the GPU (device={GPU!r}), {name} raised {facts.type}{where}: "
+                                  f"{facts.text}. Move every batch to device and make new tensors there "
                                   "(torch.zeros(..., device=device)).")]
     other = next((d for d in run.moves if d.type != GPU), None)
     if other is not None:

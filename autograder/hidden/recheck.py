@@ -32,7 +32,7 @@ import time
 
 from autograder.hidden import verifier
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
-from autograder.process import child_runs
+from autograder.process import fork_child
 from labutils.checks import evidence
 from .snapshot import Snapshot
 
@@ -69,15 +69,14 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]  # nothing it writes is imported
     sys.dont_write_bytecode = True  # nor does it leave a cache file where the observer could later replace it
     records_r, records_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        def observer() -> None:
-            os.close(records_r)
-            os.close(out_fd)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
-            observe(spec, records_w)
 
-        child_runs(observer)
+    def observer() -> None:
+        os.close(records_r)
+        os.close(out_fd)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
+        observe(spec, records_w)
+
+    pid = fork_child(observer)
     os.close(records_w)
     observer = os.pidfd_open(pid)
     try:

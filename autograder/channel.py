@@ -7,18 +7,18 @@ The hops: grade -> pool -> worker (:class:`RunConfig` once, then :class:`Task`; 
 (:class:`CheckLine`, one per hidden test).
 
 A message is a dataclass; :func:`encode` turns it into a line at the boundary and :func:`decode` back into the same
-dataclass right after (nested dataclasses included), so no hop reads or writes dict keys. An executor other than
-the local pool (Dask) moves the same :class:`Task` and :class:`Result` objects.
+dataclass right after (nested dataclasses included), so no hop reads or writes dict keys. The dataclass <-> JSON
+codec is :mod:`labutils.messages`, which the recheck's observer -> judge records share (``labutils`` cannot import
+the grader). An executor other than the local pool (Dask) moves the same :class:`Task` and :class:`Result` objects.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import types
-import typing
 from dataclasses import dataclass, field
+
+from labutils import messages
 
 
 # --- grade -> pool -> worker -------------------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def encode(message, id: int | None = None) -> bytes:
     """One message as one JSON line; ``id`` ties a request and its reply (the zygote's channel)."""
     if type(message).__name__ not in MESSAGES:
         raise TypeError(f"{type(message).__name__} is not a channel message")
-    envelope = {"type": type(message).__name__, "body": dataclasses.asdict(message)}
+    envelope = messages.to_json(message)
     if id is not None:
         envelope["id"] = id
     return (json.dumps(envelope) + "\n").encode()
@@ -250,9 +250,8 @@ def decode_tagged(line: bytes | str, expect: type | tuple[type, ...] | None = No
     """(the line's id or None, its message): :func:`decode` for a channel whose replies answer numbered requests."""
     try:
         raw = json.loads(line)
-        cls = MESSAGES[raw["type"]]
-        message = _build(cls, raw["body"])
-        tag = raw.get("id")
+        tag = raw.pop("id", None) if isinstance(raw, dict) else None
+        message = messages.from_json(raw, MESSAGES)
         if tag is not None and (not isinstance(tag, int) or isinstance(tag, bool)):
             raise TypeError(f"the id is {tag!r}, not a number")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -260,33 +259,6 @@ def decode_tagged(line: bytes | str, expect: type | tuple[type, ...] | None = No
     if expect is not None and not isinstance(message, expect):
         raise ChannelError(f"expected {expect}, got {type(message).__name__}")
     return tag, message
-
-
-def _build(cls, data):
-    if not isinstance(data, dict):
-        raise TypeError(f"{cls.__name__} needs an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - names
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
-    return cls(**{name: _convert(hints[name], value) for name, value in data.items()})
-
-
-def _convert(hint, value):
-    """``value`` (decoded JSON) as ``hint`` says: dataclasses rebuilt, lists and optionals looked through."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(inner[0], value) if len(inner) == 1 else value
-    if origin is list:
-        (inner,) = typing.get_args(hint)
-        return [_convert(inner, v) for v in value]
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value)
-    return value
 
 
 def send(stream, message, id: int | None = None) -> None:

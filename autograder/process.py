@@ -1,22 +1,28 @@
 """How a forked child of the grader ends: it runs its body and leaves with ``os._exit`` (0, or 1 with the traceback on
 stderr). It never returns into the code it was forked from: an exception that unwound into the zygote's request loop
-would leave a second zygote serving requests."""
+would leave a second zygote serving requests. Every fork of the grader's whose child runs a body goes through
+:func:`fork_child`."""
 
 from __future__ import annotations
 
 import os
 import traceback
-from typing import Callable, NoReturn
+from typing import Callable
 
 
-def child_runs(body: Callable[[], object]) -> NoReturn:
-    """Run ``body`` in this forked child, then exit it."""
+def fork_child(body: Callable[[], object], quiet: bool = False) -> int:
+    """Fork a child that runs ``body`` and then always leaves with ``os._exit``: 0, or 1 with the traceback on stderr
+    (``quiet``: without it) when ``body`` raises. Returns the child's pid, in the parent only."""
+    pid = os.fork()
+    if pid:
+        return pid
     code = 1
     try:
         body()
         code = 0
     except BaseException:
-        traceback.print_exc()
+        if not quiet:
+            traceback.print_exc()
     finally:
         os._exit(code)
 
@@ -28,9 +34,7 @@ def within(seconds: float, body: Callable[[], object]) -> str:
     import select
     import signal
 
-    pid = os.fork()
-    if pid == 0:
-        child_runs(body)
+    pid = fork_child(body)
     pidfd = os.pidfd_open(pid)  # readable when the child ends: a wait with a timeout and no polling loop
     try:
         finished = select.select([pidfd], [], [], seconds)[0]

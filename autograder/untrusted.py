@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from labutils.quoting import capped
+
 SHOWN_LIMIT = 1_000  # characters of one student text shown; the rest is counted, not printed
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -30,14 +32,10 @@ def shown(text: object, limit: int | None = SHOWN_LIMIT, keep_newlines: bool = F
     zero-width and other format characters, line and paragraph separators, lone surrogates) escaped visibly.
     ``keep_newlines``: for a message the grader composed of several lines (each already made of shown parts);
     ``limit`` None: no cap (a sink such as the log, whose parts were capped where they were composed)."""
-    text = str(text)
-    more = 0 if limit is None else len(text) - limit
-    text = text[:limit] if more > 0 else text
+    text = str(text) if limit is None else capped(text, limit)  # the count of what was cut is printable as it is
     if keep_newlines:
-        escaped = "\n".join(_visible(line) for line in text.split("\n"))
-    else:
-        escaped = _visible(text)
-    return escaped + (f"…[{more:,} more characters]" if more > 0 else "")
+        return "\n".join(_visible(line) for line in text.split("\n"))
+    return _visible(text)
 
 
 def _visible(text: str) -> str:

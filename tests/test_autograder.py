@@ -25,10 +25,7 @@ from autograder.layout import REFERENCE_PACKAGE
 from autograder.course.submissions import SubmissionsError, check_notebook, discover
 from labutils import exercises
 
-try:
-    from autograder_cases import build, toy
-except ImportError:
-    from tests.autograder_cases import build, toy
+from autograder_cases import build, toy
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"

@@ -8,7 +8,7 @@ import linecache
 import nbformat
 import pytest
 
-from labutils.checks.calling import _error_facts, _exception_failure, _show
+from labutils.checks.calling import _error_facts, exception_failure, _show
 from labutils.checks.report import MESSAGE_CHARS, Failure
 
 pytestmark = pytest.mark.autograder
@@ -112,10 +112,10 @@ def test_a_huge_exception_name_source_line_and_text_are_capped(tmp_path):
     fn = _raiser(tmp_path, HUGE, big)
     with pytest.raises(Exception) as caught:
         fn()
-    facts = _error_facts(fn, caught.value)
+    facts = vars(_error_facts(fn, caught.value))
     assert all(len(facts[k]) <= 400 for k in ("type", "source", "text")), {k: len(v) for k, v in facts.items()
                                                                            if isinstance(v, str)}
-    message = _exception_failure("train", fn, caught.value).message
+    message = exception_failure("train", fn, caught.value).message
     assert len(message) < 2_000 and message.startswith("train raised EEEE")
 
 
@@ -159,7 +159,7 @@ def test_the_readme_states_the_budgets_the_code_applies():
 
     from autograder.course.submissions import LIMITS
     from autograder.run.execute import SandboxedExecute
-    from labutils.checks.report import STUDENT_CHARS
+    from labutils.quoting import STUDENT_CHARS
 
     security = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("## Security", 1)[1]
     sizes = security.split("**Sizes.**", 1)[1].split("**Leftover files.**", 1)[0]

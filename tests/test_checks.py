@@ -23,10 +23,7 @@ from labutils.checks import (CheckReport, check_checkpoint, check_evaluate, chec
 from labutils.models import SmallCNN
 from labutils.trace import Tracer
 
-try:
-    import mutants
-except ImportError:  # tests/ imported as a package
-    from tests import mutants
+import mutants
 
 BUGGY, CORRECT, VARIANTS = mutants.BUGGY, mutants.CORRECT, mutants.VARIANTS
 _REPORTS: dict = {}  # variant name -> its report: each mutant is checked once, however many tests read it

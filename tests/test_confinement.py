@@ -23,12 +23,8 @@ import pytest
 
 from autograder.sandbox import isolation
 
-try:
-    from autograder_cases import zygote_recheck
-    from autograder_cases.fence import Fence
-except ImportError:  # tests/ imported as a package
-    from tests.autograder_cases import zygote_recheck
-    from tests.autograder_cases.fence import Fence
+from autograder_cases import zygote_recheck
+from autograder_cases.fence import Fence
 
 AVAILABLE = isolation.probe()
 REPO = Path(__file__).resolve().parents[1]

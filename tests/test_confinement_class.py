@@ -30,12 +30,8 @@ from autograder.course.submissions import student_id
 from autograder.results.csvcells import FORMULA_STARTS
 from autograder.sandbox import isolation
 
-try:
-    from autograder_cases import build, reaper
-    from autograder_cases.fence import Fence
-except ImportError:
-    from tests.autograder_cases import build, reaper
-    from tests.autograder_cases.fence import Fence
+from autograder_cases import build, reaper
+from autograder_cases.fence import Fence
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"

@@ -15,10 +15,7 @@ from labutils import amp, checks, crash, data, devices, measure
 from labutils.checkpoint import set_seed
 from labutils.models import SmallCNN
 
-try:
-    import mutants
-except ImportError:  # tests/ imported as a package
-    from tests import mutants
+import mutants
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 GPU = torch.device("cuda")

@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from autograder_cases import build, toy
-except ImportError:
-    from tests.autograder_cases import build, toy
+from autograder_cases import build, toy
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]

@@ -32,10 +32,7 @@ from autograder.channel import KernelRequest, KernelStarted, KillAll, Killed
 from autograder.sandbox.policy import Policy
 from autograder.sandbox.client import Zygote, ZygoteError
 
-try:
-    from autograder_cases import build, doors
-except ImportError:
-    from tests.autograder_cases import build, doors
+from autograder_cases import build, doors
 
 REPO = Path(__file__).resolve().parents[1]
 REAPER = Path(__file__).parent / "autograder_cases" / "reaper.py"

@@ -28,12 +28,8 @@ from labutils.checks import evidence, properties
 from labutils.trace import Event
 from autograder.hidden.recheck import Observed, _signature
 
-try:
-    import mutants
-    from autograder_cases import zygote_recheck
-except ImportError:  # tests/ imported as a package
-    from tests import mutants
-    from tests.autograder_cases import zygote_recheck
+import mutants
+from autograder_cases import zygote_recheck
 
 
 # --- the codec -------------------------------------------------------------------------------------------------------
@@ -125,7 +121,7 @@ def test_a_stream_that_ends_inside_a_frame_is_refused():
 def test_the_end_of_a_check_that_stopped_early_is_kept_for_its_turn():
     """A check the observer left before a call the judge is at (sys.exit in the student's function): the judge's
     call fails, and the check's end is still there for the judge to read, so the next check is not misread."""
-    end = {"end": ["01_baseline", "train_one_epoch", "steps"], "tampered": [], "error": "SystemExit: 0"}
+    end = evidence.CheckEnd(call=["01_baseline", "train_one_epoch", "steps"], tampered=[], error="SystemExit: 0")
     r, w = os.pipe()
     evidence.send(w, evidence.encode(end))
     os.close(w)
@@ -189,15 +185,19 @@ def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
 # --- forgers in the observer ------------------------------------------------------------------------------------
 
 
+NOTHING_RAN = {"events": [], "result": None, "reference": None, "crashed": False, "moves": [], "error": None}
+
+
 def _forge_runs(record: dict, calls: int = 4):
-    """An observer that sends ``record`` for every call, with the objects left untouched (a run that was never made)."""
+    """An observer that sends a CallRecord of ``record``'s fields (the others as :data:`NOTHING_RAN`) for every call,
+    with the objects left untouched (a run that was never made)."""
     from labutils.checks.train_run import _train_case
 
     def body(fd):
         case = _train_case("baseline")
         observer = evidence.Observer(fd)
         for _ in range(calls):
-            observer.after_call(record, case.args, {})
+            observer.after_call(evidence.CallRecord(**{**NOTHING_RAN, **record}), case.args, {})
 
     return body
 
@@ -214,7 +214,8 @@ def test_a_made_up_run_of_a_loop_that_did_nothing_earns_nothing():
 def test_a_record_that_does_not_describe_a_run_fails_the_check():
     correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
     for fake in ({"events": "all steps passed"}, {"events": [], "moves": ["cuda"], "error": None},
-                 {"events": [], "moves": [], "error": {"type": 1}}):
+                 {"events": [], "moves": [], "error": evidence.ErrorFacts(type=1, line=None, source="", text="")},
+                 {"crashed": "yes"}):
         with pytest.raises(evidence.EvidenceError):
             judged_apart("baseline", correct.functions, _forge_runs(fake))
 
@@ -353,3 +354,42 @@ def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_a
     assert time.monotonic() - started < 60, log[-2000:]
     assert reply.status == "exited" and [line.passed for line in reply.lines] == [False], (reply, log[-2000:])
     assert "stopped before it finished" in reply.lines[0].message
+
+
+RECORDS = [
+    evidence.CheckBegin(call=["01_baseline", "train_one_epoch", "steps"], problem=None, fresh=True,
+                        functions=[["train_one_epoch", [["model", 1, False]]]]),
+    evidence.AfterCall(run=evidence.CallRecord(events=[Event("step", 1, {"lr": [0.1]}, {})], result=(2.5, [1.0]),
+                                               reference=None, crashed=False, moves=[torch.device("cpu")],
+                                               error=evidence.ErrorFacts(type="KeyError", line=3, source="x[k]",
+                                                                         text="'k'")),
+                       args=[None, {"state": {"w": torch.ones(2)}}], kwargs={}, rng={"torch": torch.zeros(3)},
+                       folders=[{"a.pt": b"\x00"}]),
+    evidence.CheckEnd(call=["01_baseline", "train_one_epoch", "steps"], tampered=["torch.optim.SGD.step"],
+                      error=None),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_records_are_declared_types_and_come_back_as_their_own_type(record):
+    """Every observer -> judge message is a dataclass of evidence.RECORDS: decoded into the same type, nested ones too"""
+    back = evidence.decode(evidence.encode(record))
+    assert type(back) is type(record) and type(back).__name__ in evidence.RECORDS
+    assert str(back) == str(record)  # tensors compare by value in their repr
+    if isinstance(back, evidence.AfterCall):
+        assert type(back.run) is evidence.CallRecord and type(back.run.error) is evidence.ErrorFacts
+
+
+def test_a_record_with_a_field_of_another_type_or_name_is_refused():
+    import json
+    import struct
+
+    good = json.loads(evidence.encode(RECORDS[2])[8:])
+    for body in ({**good["body"], "call": "01_baseline"}, {**good["body"], "error": 3}, {**good["body"], "x": 1},
+                 {k: v for k, v in good["body"].items() if k != "call"}):
+        tree = json.dumps({"type": "CheckEnd", "body": body}).encode()
+        with pytest.raises(evidence.EvidenceError):
+            evidence.decode(struct.pack("<II", len(tree), 0) + tree)
+    with pytest.raises(evidence.EvidenceError):  # a channel message is not a record
+        tree = json.dumps({"type": "CheckLine", "body": {}}).encode()
+        evidence.decode(struct.pack("<II", len(tree), 0) + tree)

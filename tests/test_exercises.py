@@ -12,7 +12,8 @@ import pytest
 
 from autograder.hidden import verifier
 from labutils import checks, exercises
-from tests import mutants
+
+import mutants
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "exercises.md"

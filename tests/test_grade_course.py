@@ -19,10 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-try:
-    from browser.grading import ANSWER_ID, NOTEBOOK, REPO, grade, grade_class, submission
-except ImportError:
-    from tests.browser.grading import ANSWER_ID, NOTEBOOK, REPO, grade, grade_class, submission
+from browser.grading import ANSWER_ID, NOTEBOOK, REPO, grade, grade_class, submission
 
 ASSIGNMENT = "loop_lab"
 MANUAL_POINTS = 1.0  # bob's written answer, scored by hand

@@ -27,10 +27,7 @@ distributed = pytest.importorskip("distributed")
 from autograder.run import distributed as dist  # noqa: E402
 from autograder.channel import RunConfig, Task  # noqa: E402
 
-try:
-    from autograder_cases import build
-except ImportError:
-    from tests.autograder_cases import build
+from autograder_cases import build
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"

@@ -25,10 +25,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from autograder_cases import build, reaper
-except ImportError:
-    from tests.autograder_cases import build, reaper
+from autograder_cases import build, reaper
 
 from autograder.results.journal import KILL_AT
 

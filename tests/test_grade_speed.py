@@ -12,10 +12,7 @@ import pytest
 
 from autograder.run.execute import SKIPPED, last_graded_code_cell, skip_after_last_test
 
-try:
-    from autograder_cases.toy import notebook
-except ImportError:
-    from tests.autograder_cases.toy import notebook
+from autograder_cases.toy import notebook
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.autograder

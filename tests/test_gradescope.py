@@ -16,10 +16,7 @@ import pytest
 
 from autograder import gradescope
 
-try:
-    from autograder_cases import toy
-except ImportError:
-    from tests.autograder_cases import toy
+from autograder_cases import toy
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.autograder]

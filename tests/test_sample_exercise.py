@@ -19,10 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-try:
-    from autograder_cases import build, doors
-except ImportError:
-    from tests.autograder_cases import build, doors
+from autograder_cases import build, doors
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "09_sample"

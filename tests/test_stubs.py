@@ -13,11 +13,8 @@ import torch
 from labutils import exercises
 from labutils.checks import properties
 
-try:
-    import mutants
-    import stubs
-except ImportError:  # run from the repository root as a package
-    from tests import mutants, stubs
+import mutants
+import stubs
 
 
 def _earned(stub) -> set[str]:

@@ -62,7 +62,7 @@ def test_printable_text_is_unchanged():
 
 def test_long_text_is_capped_and_says_how_much_was_left_out():
     got = shown("x" * 10_000_000, limit=100)
-    assert got == "x" * 100 + "…[9,999,900 more characters]"
+    assert got == "x" * 100 + "… [9,999,900 characters cut]"
 
 
 def test_a_message_of_several_lines_keeps_only_its_own_line_breaks():

@@ -16,10 +16,7 @@ from nbformat import v4
 from autograder import process
 from autograder.course import display, formgrader, sanitize
 
-try:
-    from browser import hostile
-except ImportError:
-    from tests.browser import hostile
+from browser import hostile
 
 SLOW_MATH = "\\begin{x}" * 8000  # 72 KB: nbconvert's markdown takes ~10-25 s on it (quadratic), the took 105
 

@@ -32,7 +32,7 @@ import time
 
 from autograder.hidden import verifier
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
-from autograder.process import child_runs
+from autograder.process import fork_child
 from labutils.checks import evidence
 from .snapshot import Snapshot
 
@@ -69,15 +69,14 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]  # nothing it writes is imported
     sys.dont_write_bytecode = True  # nor does it leave a cache file where the observer could later replace it
     records_r, records_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        def observer() -> None:
-            os.close(records_r)
-            os.close(out_fd)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
-            observe(spec, records_w)
 
-        child_runs(observer)
+    def observer() -> None:
+        os.close(records_r)
+        os.close(out_fd)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
+        observe(spec, records_w)
+
+    pid = fork_child(observer)
     os.close(records_w)
     observer = os.pidfd_open(pid)
     try:
@@ -119,8 +118,8 @@ def observe(spec: RecheckSpec, fd: int) -> None:
                 observer.message(begin)
                 # only a fresh check runs student code: it alone needs the modules looked at and put back after it
                 # (a cached report is judged without running anything; each of these takes 0.02-0.08 s)
-                fresh, error, changed = begin["problem"] is None and begin["fresh"], None, []
-                if begin["problem"] is None:
+                fresh, error, changed = begin.problem is None and begin.fresh, None, []
+                if begin.problem is None:
                     try:
                         with evidence.playing(observer):
                             run_check(call, shell.user_ns, checks, cache, guard=False)  # guarded here, once
@@ -131,7 +130,7 @@ def observe(spec: RecheckSpec, fd: int) -> None:
                     restore()
                     if changed:  # the judge fails this test; the next test of the function runs its check again
                         properties.forget(verifier.contract(call[0], call[1]).id, cache)
-                observer.message({"end": list(call), "tampered": changed, "error": error})
+                observer.message(evidence.CheckEnd(call=list(call), tampered=changed, error=error))
         elif cell.run:
             if cell_timeout:
                 signal.setitimer(signal.ITIMER_REAL, cell_timeout)
@@ -144,7 +143,7 @@ def observe(spec: RecheckSpec, fd: int) -> None:
             dirty = True
 
 
-def _begin(call: tuple, namespace: dict, cache: dict) -> dict:
+def _begin(call: tuple, namespace: dict, cache: dict) -> evidence.CheckBegin:
     """What the judge needs before a check: the functions' signatures, or why they cannot be checked."""
     from labutils.checks import properties
 
@@ -152,9 +151,9 @@ def _begin(call: tuple, namespace: dict, cache: dict) -> dict:
     fresh = True
     if fns:
         fresh = not properties.is_cached(verifier.contract(call[0], call[1]).id, tuple(fns), cache)
-    return {"begin": list(call), "problem": problem, "fresh": fresh,
-            "functions": [[getattr(e, "name", ""), _signature(fn)] for e, fn in
-                          zip(verifier.contract(call[0], call[1]).functions, fns)]}
+    return evidence.CheckBegin(call=list(call), problem=problem, fresh=fresh,
+                               functions=[[getattr(e, "name", ""), _signature(fn)] for e, fn in
+                                          zip(verifier.contract(call[0], call[1]).functions, fns)])
 
 
 def _signature(fn) -> list | None:
@@ -216,32 +215,32 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
     begin = records.message()
     if begin is None:
         raise evidence.ObserverStopped("before the test")
-    if not isinstance(begin, dict) or begin.get("begin") != list(call):
+    if not isinstance(begin, evidence.CheckBegin) or begin.call != list(call):
         raise evidence.EvidenceError("the observer is not at this test")
-    if begin.get("problem") is not None:
+    if begin.problem is not None:
         _end(records)
-        return False, str(begin["problem"])
+        return False, begin.problem
     exercise = verifier.contract(call[0], call[1])
-    if begin.get("fresh") is not False or exercise.id not in functions:
-        functions[exercise.id] = {str(name): Observed(str(name), sig) for name, sig in begin.get("functions", [])}
+    if begin.fresh or exercise.id not in functions:
+        functions[exercise.id] = {str(name): Observed(str(name), sig) for name, sig in begin.functions}
     with evidence.playing(records):
         passed, message = verifier.run_check(call, functions[exercise.id], checks, cache, guard=False)
     end, extra = _end(records)
-    if end.get("tampered"):
-        return False, verifier.tampered_message(call[1], end["tampered"])
-    if end.get("error") and not passed:  # as in the kernel, this exercise's later tests say it never returned
+    if end.tampered:
+        return False, verifier.tampered_message(call[1], end.tampered)
+    if end.error and not passed:  # as in the kernel, this exercise's later tests say it never returned
         from labutils.checks import properties
 
         fns, _ = verifier.find_functions(call[0], call[1], functions[exercise.id])
-        properties.never_returned(exercise.id, tuple(fns), str(end["error"]).partition(":")[0], cache)
-        return False, (f"{call[1]} did not return in the grader's re-run of the notebook ({end['error']}): fix that "
+        properties.never_returned(exercise.id, tuple(fns), end.error.partition(":")[0], cache)
+        return False, (f"{call[1]} did not return in the grader's re-run of the notebook ({end.error}): fix that "
                        "first, then it is judged.")
     if extra:
         return False, _unreadable(call, "the observer made calls this check did not")
     return passed, message
 
 
-def _end(records: evidence.Judge) -> tuple[dict, bool]:
+def _end(records: evidence.Judge) -> tuple[evidence.CheckEnd, bool]:
     """The observer's end of the current check, and whether records the judge did not use came before it."""
     extra = False
     while True:
@@ -252,7 +251,7 @@ def _end(records: evidence.Judge) -> tuple[dict, bool]:
             continue
         if item is None:
             raise evidence.ObserverStopped("inside the check")
-        if isinstance(item, dict) and "end" in item:
+        if isinstance(item, evidence.CheckEnd):
             return item, extra
         extra = True
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from labutils.quoting import capped
+
 CHARGED = frozenset({"stream", "display_data", "execute_result", "update_display_data", "comm_open", "comm_msg"})
 ERROR_CHARS = 20_000  # one error's name, value and traceback: a real traceback is 2-10 KB
 SPENT_ERROR_CHARS = 1_000  # one error once the notebook's budget is spent: its name and the start of its value
@@ -32,12 +34,6 @@ def content_chars(content: dict) -> int:
         if isinstance(value, dict):
             size += sum(len(v) if isinstance(v, str) else len(json.dumps(v, default=str)) for v in value.values())
     return size
-
-
-def cut(text: object, limit: int) -> str:
-    """``text`` as a string of at most about ``limit`` characters, saying how much was cut."""
-    text = str(text)
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit:,} characters cut by the grader]"
 
 
 @dataclass
@@ -75,18 +71,18 @@ class OutputBudget:
     def is_recorded(self, content: dict, outputs: list) -> bool:
         """Is the error ``content`` (an execute reply's) among ``outputs`` already, its name cut as :meth:`trim_error`
         cuts it? nbgrader appends a reply's error whose name no output has (after a timeout)."""
-        name = cut(content.get("ename", ""), NAME_CHARS)
+        name = capped(content.get("ename", ""), NAME_CHARS)
         return any(o.get("output_type") == "error" and o.get("ename") == name for o in outputs)
 
     def trim_error(self, content: dict, cell_index: int) -> None:
         """Cut an error message's ``content`` in place to what the budget allows, and charge it (errors are always
         kept, so this may go over the budget by one short error per cell)."""
         room = ERROR_CHARS if self.total < self.notebook_chars else SPENT_ERROR_CHARS
-        content["ename"] = cut(content.get("ename", ""), NAME_CHARS)
-        content["evalue"] = cut(content.get("evalue", ""), room // 2)
+        content["ename"] = capped(content.get("ename", ""), NAME_CHARS)
+        content["evalue"] = capped(content.get("evalue", ""), room // 2)
         left, kept = room - len(content["evalue"]), []
         for line in reversed(content.get("traceback") or []):  # the last lines say where it was raised
-            line = cut(line, max(left, 0))
+            line = capped(line, max(left, 0))
             if left <= 0 or len(line) > left and kept:
                 break
             kept.append(line)

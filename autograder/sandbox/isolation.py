@@ -37,6 +37,8 @@ import pwd
 import signal
 from pathlib import Path
 
+from autograder.process import fork_child
+
 LAYERS = {  # layer -> what a student could do without it
     "cgroup": "a fork bomb or a memory hog slows or starves the notebooks graded beside it",
     "scratch": "/dev/shm is shared between students, and a disk filler fills the grader's disk",
@@ -377,8 +379,8 @@ def probe() -> dict[str, str]:
     found = {}
     for layer in LAYERS:
         read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def attempt() -> None:  # runs at once, in the child: this turn of the loop's layer and pipe
             os.close(read)
             reason = ""
             try:
@@ -387,7 +389,8 @@ def probe() -> dict[str, str]:
             except BaseException as exc:
                 reason = str(exc) or type(exc).__name__
             os.write(write, reason.encode()[:500])
-            os._exit(0)
+
+        pid = fork_child(attempt)
         os.close(write)
         with os.fdopen(read, "rb") as f:
             reason = f.read().decode(errors="replace")

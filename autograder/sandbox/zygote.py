@@ -24,7 +24,7 @@ import sys
 import time
 
 from autograder import channel
-from autograder.process import child_runs
+from autograder.process import fork_child
 from autograder.sandbox import isolation
 from autograder.sandbox import policy
 from autograder.channel import (CheckLine, Exit, KernelRequest, KernelStarted, KillAll, Killed, RecheckReply,
@@ -181,9 +181,6 @@ def _enter_child(req: KernelRequest | RecheckRequest, server: int, keep_fd: int 
 
 def _fork_kernel(req: KernelRequest) -> int:
     server = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
 
     def kernel() -> None:
         _enter_child(req, server)
@@ -194,7 +191,7 @@ def _fork_kernel(req: KernelRequest) -> int:
         app.initialize(req.argv)
         app.start()
 
-    child_runs(kernel)
+    return fork_child(kernel)
 
 
 class _ClientGone(Exception):
@@ -207,16 +204,15 @@ def _run_recheck(req: RecheckRequest, client_fd: int) -> RecheckReply:
     rfd, wfd = os.pipe()
     nonce = os.urandom(16).hex()  # lives only in memory: only the recheck code's own lines carry it
     server = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        def recheck() -> None:
-            os.close(rfd)
-            _enter_child(req, server, keep_fd=wfd)
-            from autograder.hidden.recheck import run
 
-            run(req.spec, RESULT_FD, nonce)
+    def recheck() -> None:
+        os.close(rfd)
+        _enter_child(req, server, keep_fd=wfd)
+        from autograder.hidden.recheck import run
 
-        child_runs(recheck)
+        run(req.spec, RESULT_FD, nonce)
+
+    pid = fork_child(recheck)
     os.close(wfd)
     chunks, status = _read_until_exit(rfd, pid, time.monotonic() + req.timeout, client_fd)
     os.close(rfd)
@@ -348,18 +344,15 @@ def _serve_connections(control_fd: int) -> None:
         if not data and not fds:
             break  # the grader closed its end (or died)
         for fd in fds:
-            if os.fork() == 0:
-                code = 0
-                try:
-                    control.close()
-                    policy.die_with_parent(zygote)
-                    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-                    conn = socket.socket(fileno=fd)
-                    serve(conn.makefile("rb"), conn.makefile("wb"))
-                except BaseException:
-                    code = 1
-                finally:
-                    os._exit(code)
+            def server() -> None:  # runs at once, in the child: this turn of the loop's fd
+                control.close()
+                policy.die_with_parent(zygote)
+                ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+                conn = socket.socket(fileno=fd)
+                serve(conn.makefile("rb"), conn.makefile("wb"))
+
+            # quiet: a worker killed mid-request makes the reply's write fail, which is no error of the zygote's
+            fork_child(server, quiet=True)
             os.close(fd)
     policy.kill_descendants(os.getpid())
 

@@ -17,8 +17,9 @@ CheckReport, and assert_property (the visible part of a graded test cell).
 The modules, shared parts first, then one per exercise in the order of the lab:
 
 - ``world``: the tiny data and model (the contracts are in :mod:`labutils.exercises`); ``calling``: running the
-  student's function safely; ``report``: CheckReport, Failure, the trace beside the expected order; ``evidence``:
-  what a call left behind, as records the grader's judge replays (:mod:`autograder.hidden.recheck`).
+  student's function safely (``traced_call``) and the skeleton every check follows; ``report``: CheckReport,
+  Failure, the trace beside the expected order; ``evidence``: what a call left behind, as records the grader's judge
+  replays (:mod:`autograder.hidden.recheck`).
 - ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in
   ``train_order``, ``train_amp`` and ``train_values``; ``evaluate`` (01); ``checkpointing`` (06); ``resumable`` (07);
   ``param_groups`` (08), ``stretch`` (08's ungraded exercises); ``show``: show_trace; ``properties``: the graded

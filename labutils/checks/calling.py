@@ -2,6 +2,15 @@
 
 A student's exception is never re-raised: it becomes a :class:`Failure` that points at the line in their code. A check
 leaves the caller as it found it (RNG streams, thread count, grad mode, warnings filters).
+
+Every exercise's check (one module each) follows the same skeleton, written here once:
+
+    report = new_report("evaluate", stages, fn)     # named from the registry; the contract's signatures checked
+    if report.failures:                             # it cannot be called as the contract calls it
+        return report
+    with isolated():
+        run = traced_call(fn, args, Tracer(...))    # the runner: what the call did, never its exception
+    judge_call(report, "evaluate", fn, run, STAGES, view, stages)   # or call_failure() where there are no stages
 """
 
 from __future__ import annotations
@@ -19,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..quoting import capped
 from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
 from . import evidence
-from .report import CheckReport, Failure, capped
+from .report import CheckReport, Failure, _run_stages
 from .. import exercises
 
 
@@ -46,7 +56,7 @@ class TracedCall:
         return self.error is None and self.reference is None and not self.crashed
 
 
-def _call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
+def traced_call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
     kwargs = kwargs or {}
     role = evidence.ROLE
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
@@ -64,9 +74,10 @@ def _call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
     if run.reference is None:
         run.reference = next((e.info["name"] for e in run.events if e.kind == "reference"), None)
     if isinstance(role, evidence.Observer):
-        role.after_call({"events": run.events, "result": run.result, "reference": run.reference,
-                         "crashed": run.crashed, "moves": run.moves,
-                         "error": None if run.error is None else _error_facts(fn, run.error)}, args, kwargs)
+        role.after_call(evidence.CallRecord(events=run.events, result=run.result, reference=run.reference,
+                                            crashed=run.crashed, moves=run.moves,
+                                            error=None if run.error is None else _error_facts(fn, run.error)),
+                        args, kwargs)
     return run
 
 
@@ -74,35 +85,26 @@ class ObservedError(Exception):
     """An exception the student's function raised in the grader's observer process, as the judge knows it: the
     facts a message needs (type, line, source, text), never the object."""
 
-    def __init__(self, facts: dict):
-        super().__init__(facts["text"])
+    def __init__(self, facts: evidence.ErrorFacts):
+        super().__init__(facts.text)
         self.facts = facts
 
 
-def _recorded(record, tracer: Tracer) -> TracedCall:
-    """The judge's TracedCall of a call, from the observer's record (checked to be what a TracedCall holds)."""
-    if not isinstance(record, dict):
-        raise evidence.EvidenceError("a call's record is not a dict")
-    events, moves, error = record.get("events"), record.get("moves"), record.get("error")
-    reference = record.get("reference")
-    if not (isinstance(events, list) and all(isinstance(e, Event) for e in events)
-            and isinstance(moves, list) and all(isinstance(m, torch.device) for m in moves)
-            and (reference is None or isinstance(reference, str))
-            and (error is None or isinstance(error, dict) and _facts_ok(error))):
+def _recorded(record: evidence.CallRecord, tracer: Tracer) -> TracedCall:
+    """The judge's TracedCall of a call, from the observer's record (its declared fields are checked as it is
+    decoded; the trace and the moves, values of the value codec, here)."""
+    if not all(isinstance(e, Event) for e in record.events) or \
+            not all(isinstance(m, torch.device) for m in record.moves):
         raise evidence.EvidenceError("a call's record does not describe a run")
-    tracer.events[:] = events
-    tracer.moves[:] = moves
-    return TracedCall(tracer.events, result=record.get("result"), error=None if error is None else ObservedError(error),
-               reference=reference, crashed=record.get("crashed") is True, moves=tracer.moves)
-
-
-def _facts_ok(facts: dict) -> bool:
-    return (all(isinstance(facts.get(k), str) for k in ("type", "source", "text"))
-            and (facts.get("line") is None or type(facts.get("line")) is int))
+    tracer.events[:] = record.events
+    tracer.moves[:] = record.moves
+    error = None if record.error is None else ObservedError(record.error)
+    return TracedCall(tracer.events, result=record.result, error=error, reference=record.reference,
+                      crashed=record.crashed, moves=tracer.moves)
 
 
 @contextmanager
-def _scratch():
+def scratch():
     """A temporary folder for a check's files; under the grader's recheck, one the observer and judge keep alike."""
     with tempfile.TemporaryDirectory() as tmp:
         if evidence.ROLE is None:
@@ -113,7 +115,7 @@ def _scratch():
 
 
 @contextmanager
-def _isolated():
+def isolated():
     """Checks leave the caller as they found it: RNG streams, thread count, grad mode and warnings filters."""
     py_state, np_state, threads = random.getstate(), np.random.get_state(), torch.get_num_threads()
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), torch.inference_mode(False), \
@@ -128,7 +130,7 @@ def _isolated():
             np.random.set_state(np_state)
 
 
-def _error_facts(fn, exc: BaseException) -> dict:
+def _error_facts(fn, exc: BaseException) -> evidence.ErrorFacts:
     """Where the student's code raised ``exc`` (the line in their function, not torch's) and what it said."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     line, tb = None, exc.__traceback__
@@ -137,8 +139,9 @@ def _error_facts(fn, exc: BaseException) -> dict:
             line = tb.tb_lineno
         tb = tb.tb_next
     source = linecache.getline(code.co_filename, line).strip() if line is not None else ""
-    return {"type": capped(type(exc).__name__, 100), "line": None if line is None else line - code.co_firstlineno + 1,
-            "source": capped(source), "text": capped((_text(exc).strip().splitlines() or [""])[0])}
+    return evidence.ErrorFacts(type=capped(type(exc).__name__, 100),
+                               line=None if line is None else line - code.co_firstlineno + 1, source=capped(source),
+                               text=capped((_text(exc).strip().splitlines() or [""])[0]))
 
 
 def _text(exc: BaseException) -> str:
@@ -149,21 +152,21 @@ def _text(exc: BaseException) -> str:
         return f"(its text could not be read: {type(inner).__name__})"
 
 
-def _exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
+def exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
     """'train_one_epoch raised KeyError at line 7 (`...`): ...' pointing into the student's code, not torch's."""
     facts = exc.facts if isinstance(exc, ObservedError) else _error_facts(fn, exc)
     where = ""
-    if facts["line"] is not None:
-        where = f" at line {facts['line']} of {name}" + (f" (`{facts['source']}`)" if facts["source"] else "")
-    return Failure("exception", f"{name}{when} raised {facts['type']}{where}: {facts['text']}")
+    if facts.line is not None:
+        where = f" at line {facts.line} of {name}" + (f" (`{facts.source}`)" if facts.source else "")
+    return Failure("exception", f"{name}{when} raised {facts.type}{where}: {facts.text}")
 
 
-def _reference_failure(name: str, reference: str) -> Failure:
+def reference_failure(name: str, reference: str) -> Failure:
     return Failure("uses_reference", f"{name} called {reference}, the lab's own reference implementation: the "
                    f"exercise is to write this part yourself. Replace the call with your own code.")
 
 
-def _check_signature(report: CheckReport, fn, exercise: str, name: str | None = None) -> bool:
+def check_signature(report: CheckReport, fn, exercise: str, name: str | None = None) -> bool:
     """Can ``fn`` be called the way the contract calls it? Says which parameter is missing when it cannot."""
     contract = exercises.function(exercise, name)
     name, params, keywords, wanted = contract.name, contract.params, contract.keywords, contract.call
@@ -193,6 +196,44 @@ def _check_signature(report: CheckReport, fn, exercise: str, name: str | None = 
                                                     f"a different order: callers pass them as {wanted}."))
         return False
     return True
+
+
+def new_report(exercise: str, checks: list[str], *fns, where: str | None = None) -> CheckReport:
+    """The report of ``exercise``'s check, named after its functions and notebook (``where`` instead: a loop another
+    notebook reuses), judging ``signature`` and ``uses_reference`` before ``checks``; each of ``fns`` (the contract's
+    functions, in the registry's order) is checked to be callable as the contract calls it, so a report that already
+    has failures is one whose functions cannot be called."""
+    exercise_ = exercises.get(exercise)
+    report = CheckReport(f"{' / '.join(f.name for f in exercise_.functions)} ({where or exercise_.notebook})",
+                         ["signature", "uses_reference", *checks])
+    for fn, function in zip(fns, exercise_.functions):
+        check_signature(report, fn, exercise, function.name)
+    return report
+
+
+def call_failure(name: str, fn, run: TracedCall, when: str = "") -> Failure | None:
+    """Why nothing ``run`` did can be judged, or None: it handed its work to the lab's reference, or it raised."""
+    if run.reference is not None:
+        return reference_failure(name, run.reference)
+    return None if run.error is None else exception_failure(name, fn, run.error, when)
+
+
+def judge_call(report: CheckReport, name: str, fn, run: TracedCall, stages, ctx, applicable) -> None:
+    """Judge one call's ``stages`` on ``ctx`` (what the call did), unless it handed its work to the lab's reference.
+    The exception it raised is its failure only when no stage found one: otherwise the root cause was in what ran
+    before the crash, and the crash is said as its consequence."""
+    if run.reference is not None:
+        report.failures.append(reference_failure(name, run.reference))
+        return
+    before = len(report.failures)
+    _run_stages(report, stages, ctx, applicable)
+    if run.error is None:
+        return
+    error = exception_failure(name, fn, run.error)
+    if len(report.failures) == before:
+        report.failures.append(error)
+    else:
+        report.failures[before].details += f"\n(after this, {error.message[0].lower()}{error.message[1:]})"
 
 
 def _number_problem(value, what: str) -> str | None:

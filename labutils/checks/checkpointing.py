@@ -17,9 +17,9 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer
-from .calling import (TracedCall, _call, _check_signature, _exception_failure, _isolated, _reference_failure, _scratch,
-                      _show)
-from .report import CheckReport, Failure, NotJudged, _beside, _run_stages
+from .calling import (TracedCall, _show, call_failure, exception_failure, isolated, judge_call, new_report, scratch,
+                      traced_call)
+from .report import CheckReport, Failure, NotJudged, _beside
 from .world import INIT_SCALE, SEED, _images, _tiny_model
 
 
@@ -262,15 +262,15 @@ def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
     _train_steps(a, batches)
     path = folder / "no-scaler.pt"
     forbidden = exercises.FORBIDDEN["checkpoint"]
-    save = _call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden))
+    save = traced_call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden))
     if save.error is not None:
-        return _exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
+        return exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
     b = _ckpt_objects(SEED + 1, scaler=False)
     if not path.exists():
         return NotJudged("with scaler=None, save_checkpoint wrote no file")
-    load = _call(load_fn, (path, b.model, b.optimizer, b.scheduler, None), Tracer(forbidden=forbidden))
+    load = traced_call(load_fn, (path, b.model, b.optimizer, b.scheduler, None), Tracer(forbidden=forbidden))
     if load.error is not None:
-        return _exception_failure("load_checkpoint", load_fn, load.error, " with scaler=None").message
+        return exception_failure("load_checkpoint", load_fn, load.error, " with scaler=None").message
     if compare_states(a.model.state_dict(), b.model.state_dict()):
         return "with scaler=None, load_checkpoint did not restore the model's weights."
     return None
@@ -286,17 +286,18 @@ def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
     a = _ckpt_objects(SEED)
     _train_steps(a, batches)
     forbidden, given = exercises.FORBIDDEN["checkpoint"], f" with step={step}, path={str(path)!r}"
-    save = _call(save_fn, (str(path), a.model, a.optimizer, a.scheduler, a.scaler, step), Tracer(forbidden=forbidden))
+    save = traced_call(save_fn, (str(path), a.model, a.optimizer, a.scheduler, a.scaler, step),
+                       Tracer(forbidden=forbidden))
     if save.error is not None:
-        return _exception_failure("save_checkpoint", save_fn, save.error, given)
+        return exception_failure("save_checkpoint", save_fn, save.error, given)
     if not path.exists():
         written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
         return Failure("contents", f"save_checkpoint did not write the path={str(path)!r} it was given (the folder "
                        f"holds {written or 'nothing'}): save to path itself.")
     b = _ckpt_objects(SEED + 1)
-    load = _call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler), Tracer(forbidden=forbidden))
+    load = traced_call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler), Tracer(forbidden=forbidden))
     if load.error is not None:
-        return _exception_failure("load_checkpoint", load_fn, load.error, given)
+        return exception_failure("load_checkpoint", load_fn, load.error, given)
     if load.result != step:
         return Failure("return_value", f"load_checkpoint returned {_show(load.result)}, not the step={step} that "
                        f"save_checkpoint was given: save the step argument and return what was saved.")
@@ -307,41 +308,34 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     """Save mid-training with ``save_fn``, keep training; load into fresh objects with ``load_fn``, train the same
     steps; everything must match bit for bit, and the file must appear atomically."""
     names = [s for s, _, _ in CKPT_STAGES]
-    report = CheckReport("save_checkpoint / load_checkpoint (06_checkpointing)",
-                         ["signature", "uses_reference"] + names)
-    ok = _check_signature(report, save_fn, "checkpoint", "save_checkpoint")
-    if not (_check_signature(report, load_fn, "checkpoint", "load_checkpoint") and ok):
+    report = new_report("checkpoint", names, save_fn, load_fn)
+    if report.failures:  # not callable as the contract calls them
         return report
     forbidden = exercises.FORBIDDEN["checkpoint"]
-    with _isolated(), _scratch() as tmp:
+    with isolated(), scratch() as tmp:
         torch.manual_seed(SEED)
         batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]
         a = _ckpt_objects(SEED)
         _train_steps(a, batches[:3])
         c = CkptCtx(Path(tmp) / _ARGS.argument("path").values[0], save=TracedCall([]), saved=_state_of(a))
-        c.save = _call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
-                       Tracer(files=True, watch=[c.path], forbidden=forbidden))
+        c.save = traced_call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
+                             Tracer(files=True, watch=[c.path], forbidden=forbidden))
         report.trace = c.save.events
-        if c.save.reference or c.save.error is not None:
-            report.failures.append(_reference_failure("save_checkpoint", c.save.reference) if c.save.reference else
-                                   _exception_failure("save_checkpoint", save_fn, c.save.error))
+        stopped = call_failure("save_checkpoint", save_fn, c.save)
+        if stopped:
+            report.failures.append(stopped)
             return report
         _train_steps(a, batches[3:])  # the run that never stopped
         c.final_a = _state_of(a)
         b = _ckpt_objects(SEED + 1)  # fresh objects, other weights, another RNG stream: a new process
-        c.load = _call(load_fn, (c.path, b.model, b.optimizer, b.scheduler, b.scaler),
-                       Tracer(files=True, forbidden=forbidden))
+        c.load = traced_call(load_fn, (c.path, b.model, b.optimizer, b.scheduler, b.scaler),
+                             Tracer(files=True, forbidden=forbidden))
         if c.load.complete:
             c.loaded = _state_of(b)
             _train_steps(b, batches[3:])
             c.final_b = _state_of(b)
         c.none_problem = _without_scaler(save_fn, load_fn, batches[:2], Path(tmp))
-        if c.load.reference:
-            report.failures.append(_reference_failure("load_checkpoint", c.load.reference))
-            return report
-        _run_stages(report, CKPT_STAGES, c, names)
-        if c.load.error is not None and not report.failures:
-            report.failures.append(_exception_failure("load_checkpoint", load_fn, c.load.error))
+        judge_call(report, "load_checkpoint", load_fn, c.load, CKPT_STAGES, c, names)
         varied = _varied(save_fn, load_fn, batches[:3], Path(tmp) / "varied") if report.passed else None
     report.failures += [varied] if varied else []
     return report

@@ -14,9 +14,8 @@ from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, mark_batches
 from . import on_gpu
-from .calling import (TracedCall, _call, _check_signature, _exception_failure, _isolated, _number_problem,
-                      _reference_failure, _show)
-from .report import CheckReport, Failure, NotJudged, _beside, _run_stages, as_given, shown
+from .calling import TracedCall, _number_problem, _show, isolated, judge_call, new_report, traced_call
+from .report import CheckReport, Failure, NotJudged, _beside, as_given, shown
 from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
                     _tiny_model)
 
@@ -50,7 +49,7 @@ def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     model.train()  # evaluate is called in the middle of training
     tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True,
                     outputs=True)
-    run = _call(fn, (model, loader, device), tracer)
+    run = traced_call(fn, (model, loader, device), tracer)
     view = EvalView(model, reference, batches, run, model.training, device)
     for _, event in view.forwards:
         j = _match(event.data["x"], batches)
@@ -223,28 +222,20 @@ EVAL_STAGES = (
 def check_evaluate(fn) -> CheckReport:
     """Run ``fn`` (evaluate(model, loader, device) -> (loss, accuracy)) on tiny data with an uneven last batch."""
     names = [s for s, _, _ in EVAL_STAGES]
-    report = CheckReport("evaluate (01_baseline)", ["signature", "uses_reference"] + names)
-    if not _check_signature(report, fn, "evaluate"):
+    report = new_report("evaluate", names, fn)
+    if report.failures:  # not callable as the contract calls it
         return report
-    with _isolated():
+    with isolated():
         view = _run_evaluate(fn)
     report.trace = view.run.events
-    if view.run.reference is not None:
-        report.failures.append(_reference_failure("evaluate", view.run.reference))
-        return report
-    _run_stages(report, EVAL_STAGES, view, names)
-    if view.run.error is not None and not report.failures:
-        report.failures.append(_exception_failure("evaluate", fn, view.run.error))
+    judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     if report.passed:  # the device it must honour, at its second value: a hard-coded device shows here
         varied = exercises.get("evaluate").varied()
-        with _isolated():
+        with isolated():
             view = _run_evaluate(fn, varied["device"])
         with as_given(report, varied):
-            before = len(report.failures)
-            _run_stages(report, EVAL_STAGES, view, names)
-            if view.run.error is not None and len(report.failures) == before:
-                report.failures.append(_exception_failure("evaluate", fn, view.run.error))
+            judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
-        with _isolated():
+        with isolated():
             report.failures += on_gpu.evaluate_failures(fn)
     return report

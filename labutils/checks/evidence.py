@@ -5,7 +5,7 @@ read anything there (the check's state, the result channel) and write a verdict 
 (:mod:`autograder.hidden.recheck`) runs every check twice, in lockstep:
 
 - the **observer**, where the notebook's cells ran, calls the student's function as usual; after each call
-  (:func:`labutils.checks.calling._call`) it sends what the call left behind: the traced events, the return value,
+  (:func:`labutils.checks.calling.traced_call`) it sends what the call left behind: the traced events, the return value,
   the error, the state of every object it was handed (model, optimizer, scheduler, scaler, the check's callbacks)
   and the files in the check's scratch folders;
 - the **judge**, a process no student code ever ran in, runs the very same check on the same seeded objects, but in
@@ -13,9 +13,16 @@ read anything there (the check's state, the result channel) and write a verdict 
   own analysis: PyTorch's reference gradients, the comparisons, the verdict.
 
 A forger in the observer can only send records; the judge recomputes everything from them, so forged evidence must
-be the evidence of a correct loop (a loop's numbers, step by step), not a "passed". Records are decoded by
-:func:`decode`: plain values, tensors (raw bytes of an allowed dtype), devices, dtypes and trace events; anything else
-arrives as an :class:`Opaque` that only says what it was. Nothing is unpickled.
+be the evidence of a correct loop (a loop's numbers, step by step), not a "passed".
+
+The protocol, observer -> judge, one framed message each, every one a declared dataclass: per hidden test a
+:class:`CheckBegin`, then an :class:`AfterCall` per call of a student function (its :class:`CallRecord`, with
+:class:`ErrorFacts` when it raised), then a :class:`CheckEnd`. They travel as :mod:`labutils.messages` makes every
+message between processes travel (the grader's channel too: one codec) and come back as the same dataclasses, their
+fields checked against their declared types. What a field holds of the student's run (a tensor, a returned value, an
+object's state) is carried by this module's value codec: plain values, tensors (raw bytes of an allowed dtype),
+devices, dtypes and trace events; anything else arrives as an :class:`Opaque` that only says what it was. Nothing is
+unpickled.
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ import numbers
 import os
 import select
 import struct
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 import torch
 
+from .. import messages
 from ..trace import Event
 
 MAX_MESSAGE = 256 * 2**20  # one record: the tiny checks' runs are a few MB
@@ -68,6 +77,65 @@ def opaque(kind: str, text: str, length: int | None = None) -> Opaque:
     """An Opaque whose ``type(...).__name__`` is the original type's, so messages name what the student returned."""
     name = kind if kind.isidentifier() and len(kind) <= 60 else "object"
     return type(name, (Opaque,), {})(name, text[:200], length)
+
+
+# --- the records: what crosses from the observer to the judge ------------------------------------------------------
+
+
+@dataclass
+class ErrorFacts:
+    """An exception a student's function raised, as the judge may know it: the facts a message needs, never the
+    object (capped: :func:`labutils.quoting.capped`)."""
+
+    type: str  # its class name
+    line: int | None  # the line of the student's function it was raised at, counted from the ``def`` (1)
+    source: str  # that line's code
+    text: str  # the first line of its message
+
+
+@dataclass
+class CallRecord:
+    """What one call of a student's function did: :class:`labutils.checks.calling.TracedCall` as data."""
+
+    events: list  # the trace (labutils.trace.Event), tensors included
+    result: object  # what it returned, as the value codec carries it (an Opaque for a student's own object)
+    reference: str | None  # the lab function it handed its work to, if any
+    crashed: bool  # the check's SimulatedCrash came out, as intended
+    moves: list  # the devices (torch.device) its code moved tensors to
+    error: ErrorFacts | None
+
+
+@dataclass
+class AfterCall:
+    """Sent after each call: the call, and what it left in everything it was handed."""
+
+    run: CallRecord
+    args: list  # per positional argument, its state (:func:`state_of`; None: nothing a call can change)
+    kwargs: dict  # the same per keyword argument (the check's callbacks)
+    rng: dict  # the process's random streams (:func:`rng_state`)
+    folders: list  # per scratch folder of the check, its files (:func:`folder_files`; None: over 64 MB)
+
+
+@dataclass
+class CheckBegin:
+    """Sent before each hidden test's check: the student's functions as the judge stands them in, or why not."""
+
+    call: list[str]  # the literal arguments of the test's verify(...) call: notebook, function, property
+    problem: str | None  # why the functions cannot be checked (not defined, not callable): the test fails so
+    fresh: bool  # the check runs now (False: a report of the same functions already judges it)
+    functions: list  # per contract function, [name, its signature as [name, kind, has a default] per parameter]
+
+
+@dataclass
+class CheckEnd:
+    """Sent after each hidden test's check, however it ended."""
+
+    call: list[str]
+    tampered: list[str]  # the guarded functions the check saw patched (the test fails)
+    error: str | None  # what stopped the check (a sys.exit in the student's function, a cell's alarm)
+
+
+RECORDS = {cls.__name__: cls for cls in (CheckBegin, AfterCall, CheckEnd)}
 
 
 # --- the codec ------------------------------------------------------------------------------------------------------
@@ -215,9 +283,11 @@ class _Decoder:
 
 
 def encode(value, refs=None, paths=None, constants=None) -> bytes:
-    """``value`` as bytes: a JSON tree (tensors by reference to raw buffers) and the buffers."""
+    """``value`` (one of :data:`RECORDS`, or any value) as bytes: a JSON tree (tensors by reference to raw buffers)
+    and the buffers."""
     encoder = _Encoder(refs or {}, paths or {}, {id(v): k for k, v in (constants or {}).items()})
-    tree = json.dumps(encoder(value), separators=(",", ":")).encode()
+    tree = messages.to_json(value, encoder) if type(value).__name__ in RECORDS else encoder(value)
+    tree = json.dumps(tree, separators=(",", ":")).encode()
     head = struct.pack("<II", len(tree), len(encoder.buffers)) + b"".join(
         struct.pack("<Q", len(b)) for b in encoder.buffers)
     return head + tree + b"".join(encoder.buffers)
@@ -238,9 +308,12 @@ def decode(data: bytes, refs=None, paths=None, constants=None):
             raise EvidenceError("trailing bytes")
     except (struct.error, ValueError, RecursionError) as exc:
         raise EvidenceError(f"unreadable record ({type(exc).__name__})") from None
+    decoder = _Decoder(buffers, refs or {}, paths or {}, constants or {})
     try:
-        return _Decoder(buffers, refs or {}, paths or {}, constants or {})(tree)
-    except (IndexError, ValueError, TypeError, RecursionError, RuntimeError) as exc:
+        if type(tree) is dict and set(tree) == {"type", "body"}:
+            return messages.from_json(tree, RECORDS, decoder, checked=True)
+        return decoder(tree)
+    except (IndexError, KeyError, ValueError, TypeError, RecursionError, RuntimeError) as exc:
         raise EvidenceError(f"malformed record ({type(exc).__name__}: {exc})") from None
 
 
@@ -415,7 +488,7 @@ CONSTANTS: dict[str, object] = {}  # a check's sentinel objects by name (resumab
 
 
 class Role:
-    """What :func:`labutils.checks.calling._call` does around a call under the grader's recheck; None elsewhere."""
+    """What :func:`labutils.checks.calling.traced_call` does around a call under the grader's recheck; else None."""
 
     def __init__(self, fd: int):
         self.fd = fd
@@ -437,15 +510,15 @@ class Role:
 class Observer(Role):
     """In the process that runs student code: send a record of each call."""
 
-    def after_call(self, run, args: tuple, kwargs: dict) -> None:
-        items = {"run": run, "args": [state_of(a) for a in args], "rng": rng_state(),
-                 "kwargs": {k: state_of(v) for k, v in kwargs.items()},
-                 "folders": [folder_files(f) for f in self.folders]}
-        send(self.fd, encode(items, {id(t): list(ref) for ref, t in parameter_refs(args).items()}, self.paths(),
+    def after_call(self, run: CallRecord, args: tuple, kwargs: dict) -> None:
+        record = AfterCall(run=run, args=[state_of(a) for a in args], rng=rng_state(),
+                           kwargs={k: state_of(v) for k, v in kwargs.items()},
+                           folders=[folder_files(f) for f in self.folders])
+        send(self.fd, encode(record, {id(t): list(ref) for ref, t in parameter_refs(args).items()}, self.paths(),
                              CONSTANTS))
 
-    def message(self, value) -> None:
-        send(self.fd, encode(value))
+    def message(self, record: CheckBegin | CheckEnd) -> None:
+        send(self.fd, encode(record))
 
 
 class Judge(Role):
@@ -461,38 +534,41 @@ class Judge(Role):
         data, self.pending = self.pending, None
         return data if data is not None else receive(self.fd, self.observer)
 
-    def record(self, args: tuple, kwargs: dict) -> dict:
+    def record(self, args: tuple, kwargs: dict) -> CallRecord:
         data = self._next()
         if data is None:
             raise ObserverStopped("the observer stopped before this call")
         tokens = {token: real for real, token in self.paths().items()}
         items = decode(data, parameter_refs(args), tokens, CONSTANTS)
-        if isinstance(items, dict) and "end" in items:  # its check ended before this call: the end is for later
+        if isinstance(items, CheckEnd):  # its check ended before this call: the end is for later
             self.pending = data
             raise EvidenceError("the observer's check ended before this call")
-        if not isinstance(items, dict) or "run" not in items:
+        if not isinstance(items, AfterCall):
             raise EvidenceError("the observer sent something other than a call's record here")
-        if len(items["args"]) != len(args) or set(items["kwargs"]) != set(kwargs) or \
-                len(items["folders"]) != len(self.folders):
+        if len(items.args) != len(args) or set(items.kwargs) != set(kwargs) or len(items.folders) != len(self.folders):
             raise EvidenceError("the observer's call was not this one")
-        for value, state in [*zip(args, items["args"]), *((kwargs[k], s) for k, s in items["kwargs"].items())]:
+        for value, state in [*zip(args, items.args), *((kwargs[k], s) for k, s in items.kwargs.items())]:
             try:
                 restore_state(value, state)
             except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as exc:
                 raise EvidenceError(f"the state of a {type(value).__name__} after the call: {exc}") from None
         try:
-            set_rng_state(items["rng"])
+            set_rng_state(items.rng)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
             raise EvidenceError(f"the random state after the call: {exc}") from None
-        for folder, files in zip(self.folders, items["folders"]):
+        for folder, files in zip(self.folders, items.folders):
             if not isinstance(files, dict):
                 raise EvidenceError("the run left more than 64 MB in its folder")
             make_folder_match(folder, files)
-        return items["run"]
+        return items.run
 
-    def message(self):
+    def message(self) -> CheckBegin | CheckEnd | None:
+        """The next begin or end of a check (None: the observer stopped); a call's record here is an error."""
         data = self._next()
-        return None if data is None else decode(data)
+        record = None if data is None else decode(data)
+        if record is not None and not isinstance(record, (CheckBegin, CheckEnd)):
+            raise EvidenceError("the observer sent something other than the begin or end of a check here")
+        return record
 
 
 ROLE: Role | None = None

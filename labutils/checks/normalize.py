@@ -9,15 +9,15 @@ import torch
 from .. import exercises
 from ..data import MEAN, STD, normalize
 from ..trace import Tracer
-from .calling import _call, _check_signature, _exception_failure, _reference_failure, _show
+from .calling import _show, call_failure, new_report, traced_call
 from .report import CheckReport, Failure, NotJudged
 from .world import SEED, _images
 
 
 def check_normalize(fn) -> CheckReport:
     """``normalize_images(images)``: uint8 (N, 28, 28) -> float32 (N, 1, 28, 28), ``(images / 255 - MEAN) / STD``."""
-    report = CheckReport("normalize_images (00_data_tour)", ["signature", "uses_reference", "return_value", "values"])
-    if not _check_signature(report, fn, "normalize"):
+    report = new_report("normalize", ["return_value", "values"], fn)
+    if report.failures:  # not callable as the contract calls it
         return report
     sizes = exercises.get("normalize").argument("images").values  # two batch sizes: a hard-coded N shows
     for n in sizes:
@@ -30,12 +30,10 @@ def _judge(report: CheckReport, fn, n: int, when: str) -> bool:
     images = _images(n, SEED)
     images[0, 0, :2] = torch.tensor([0, 255], dtype=torch.uint8)  # both ends of the range
     given = images.clone()
-    run = _call(fn, (given,), Tracer(forbidden=exercises.FORBIDDEN["normalize"]))
-    if run.reference is not None:
-        report.failures.append(_reference_failure("normalize_images", run.reference))
-        return False
-    if run.error is not None:
-        report.failures.append(_exception_failure("normalize_images", fn, run.error, when and f" {when[:-2]}"))
+    run = traced_call(fn, (given,), Tracer(forbidden=exercises.FORBIDDEN["normalize"]))
+    stopped = call_failure("normalize_images", fn, run, when and f" {when[:-2]}")
+    if stopped:
+        report.failures.append(stopped)
         return False
     out, want = run.result, normalize(images)
     problem = _shape_problem(out, want, n)

@@ -18,7 +18,7 @@ import torch
 from .. import exercises
 from ..trace import Tracer
 from . import evidence
-from .calling import _call, _error_facts
+from .calling import traced_call, _error_facts
 from .report import Failure
 from .world import MAX_EVENTS
 
@@ -33,16 +33,16 @@ def available() -> bool:
 def _run(fn, args, tracer):
     """The call, with the CUDA generator put back after it (a check leaves the caller's RNG streams alone)."""
     with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
-        return _call(fn, args, tracer)
+        return traced_call(fn, args, tracer)
 
 
 def _failures(name: str, fn, run) -> list[Failure]:
     """What the GPU run showed: an exception (the usual sign of a tensor left on the CPU) or a move elsewhere."""
     if run.error is not None:
         facts = run.error.facts if hasattr(run.error, "facts") else _error_facts(fn, run.error)
-        where = f" at line {facts['line']} (`{facts['source']}`)" if facts["line"] is not None else ""
-        return [Failure("device", f"on the GPU (device={GPU!r}), {name} raised {facts['type']}{where}: "
-                                  f"{facts['text']}. Move every batch to device and make new tensors there "
+        where = f" at line {facts.line} (`{facts.source}`)" if facts.line is not None else ""
+        return [Failure("device", f"on the GPU (device={GPU!r}), {name} raised {facts.type}{where}: "
+                                  f"{facts.text}. Move every batch to device and make new tensors there "
                                   "(torch.zeros(..., device=device)).")]
     other = next((d for d in run.moves if d.type != GPU), None)
     if other is not None:

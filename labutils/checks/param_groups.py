@@ -9,18 +9,17 @@ import torch
 from .. import exercises
 from ..models import SmallCNN
 from ..trace import Tracer
-from .calling import _call, _check_signature, _exception_failure, _isolated, _reference_failure, _show
+from .calling import _show, call_failure, isolated, new_report, traced_call
 from .report import CheckReport, Failure, NotJudged
 from .world import SEED
 
 
 def check_param_groups(fn) -> CheckReport:
     """``param_groups(model, weight_decay)``: AdamW groups, decay on conv/linear weights, 0.0 on every ndim <= 1."""
-    report = CheckReport("param_groups (08_stretch)", ["signature", "uses_reference", "return_value", "coverage",
-                                                        "weight_decay", "no_decay"])
-    if not _check_signature(report, fn, "param_groups"):
+    report = new_report("param_groups", ["return_value", "coverage", "weight_decay", "no_decay"], fn)
+    if report.failures:  # not callable as the contract calls it
         return report
-    with _isolated():
+    with isolated():
         torch.manual_seed(SEED)
         model = SmallCNN(channels=(2, 4), batchnorm=True)  # conv weights, BN scales and shifts, linear weights, biases
     for wd in exercises.get("param_groups").argument("weight_decay").values:  # two values: its own number shows
@@ -31,12 +30,10 @@ def check_param_groups(fn) -> CheckReport:
 
 def _judge(report: CheckReport, fn, model, wd: float) -> bool:
     names = {id(p): n for n, p in model.named_parameters()}
-    run = _call(fn, (model, wd), Tracer(forbidden=exercises.FORBIDDEN["param_groups"]))
-    if run.reference is not None:
-        report.failures.append(_reference_failure("param_groups", run.reference))
-        return False
-    if run.error is not None:
-        report.failures.append(_exception_failure("param_groups", fn, run.error))
+    run = traced_call(fn, (model, wd), Tracer(forbidden=exercises.FORBIDDEN["param_groups"]))
+    stopped = call_failure("param_groups", fn, run)
+    if stopped:
+        report.failures.append(stopped)
         return False
     groups = run.result
     if not (isinstance(groups, (list, tuple)) and groups and all(isinstance(g, dict) and "params" in g

@@ -11,17 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..quoting import capped
 from ..trace import Event, format_events
 
-STUDENT_CHARS = 300  # one piece of a student's code quoted in a message: a class name, a line, an exception's text
 MESSAGE_CHARS = 4_000  # a whole message (the longest the checks write is ~600 characters); details: ten times that
-
-
-def capped(text: object, limit: int = STUDENT_CHARS) -> str:
-    """``text`` cut to ``limit`` characters (saying so): what a student wrote is quoted, never copied whole (an 8 MB
-    exception class name made a 23 MB student JSON, through every copy of the message)."""
-    text = str(text)
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit:,} characters cut]"
 
 
 @dataclass

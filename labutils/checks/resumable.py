@@ -23,8 +23,8 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
-from .calling import (TracedCall, SimulatedCrash, _call, _check_signature, _exception_failure, _isolated,
-                      _reference_failure, _scratch, _show)
+from .calling import (SimulatedCrash, TracedCall, _show, exception_failure, isolated, new_report, reference_failure,
+                      scratch, traced_call)
 from . import evidence, on_gpu
 from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
 from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
@@ -149,7 +149,7 @@ def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCH
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
     tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
                     devices=True)
-    run = _call(fn, args, tracer, {"on_step": log})
+    run = traced_call(fn, args, tracer, {"on_step": log})
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
 
@@ -164,7 +164,7 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
     log = _OnStep(ckpt_dir, save_every=save_every)
     run, _ = _resume_run(fn, images, labels, ckpt_dir, log, epochs, device)
     if not run.complete:
-        return [_exception_failure("train_resumable", fn, run.error, " " + words[:-2])] if run.error else []
+        return [exception_failure("train_resumable", fn, run.error, " " + words[:-2])] if run.error else []
     total = epochs * math.ceil(R_IMAGES / BATCH)
     found = []  # each argument judged on its own: one hard-coded number does not hide another
     if log.steps != list(range(1, total + 1)):
@@ -447,14 +447,13 @@ def check_resume(train_fn) -> CheckReport:
     """Run ``train_fn`` (train_resumable) uninterrupted; again, crashing mid-epoch; then once more with fresh objects:
     the third run must continue after the last checkpoint and end bit-identical to the first."""
     names = [s for s, _, _ in RESUME_STAGES]
-    report = CheckReport("train_resumable (07_crash_resume)", ["signature", "uses_reference"] + names +
-                         ["epochs", "device"])
-    if not _check_signature(report, train_fn, "resume"):
+    report = new_report("resume", names + ["epochs", "device"], train_fn)
+    if report.failures:  # not callable as the contract calls it
         return report
     images = _images(R_IMAGES, SEED)
     labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(SEED))
     run_fn = _with_held_pair(train_fn)  # lab 6's pair known to be right: the loop alone is judged
-    with _isolated(), _scratch() as tmp:
+    with isolated(), scratch() as tmp:
         dirs = [Path(tmp) / name for name in ("uninterrupted", "crashed")]
         for d in dirs:
             d.mkdir()
@@ -479,13 +478,13 @@ def check_resume(train_fn) -> CheckReport:
             epoch_batches.append(list(loader))
     for run, _ in runs:
         if run.reference is not None:
-            report.failures.append(_reference_failure("train_resumable", run.reference))
+            report.failures.append(reference_failure("train_resumable", run.reference))
             return report
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
                     epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk, touched if full.complete else None)
     _run_stages(report, RESUME_STAGES, ctx, names)
     if full.complete:  # the arguments it must honour, judged whatever else went wrong
-        with _isolated(), _scratch() as tmp:
+        with isolated(), scratch() as tmp:
             varied = _varied(_with_held_pair(train_fn), images, labels, Path(tmp))
         report.failures += varied
         for check in ("epochs", "device"):
@@ -493,9 +492,9 @@ def check_resume(train_fn) -> CheckReport:
     if not report.failures:
         for run, when in runs:
             if run.error is not None:
-                report.failures.append(_exception_failure("train_resumable", train_fn, run.error, when))
+                report.failures.append(exception_failure("train_resumable", train_fn, run.error, when))
                 break
     if not report.failures:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
-        with _isolated():
+        with isolated():
             report.failures += on_gpu.resume_failures(_with_held_pair(train_fn), images, labels)
     return report

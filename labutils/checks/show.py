@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..exercises import TRAIN_EXERCISES, get
 from ..trace import format_events
-from .calling import _exception_failure, _isolated
+from .calling import exception_failure, isolated
 from .evaluate import _run_evaluate
 from .train_run import _run_train, _train_case
 
@@ -15,7 +15,7 @@ def show_trace(fn, exercise: str = "baseline", steps: int | None = 2) -> None:
     exercise: a train_one_epoch exercise ("baseline", "scheduler", "clipping", "accumulation", "amp") or "evaluate".
     steps: how many optimizer steps to show (None: all).
     """
-    with _isolated():
+    with isolated():
         if exercise == "evaluate":
             view = _run_evaluate(fn)
             events, run, title, ends = view.run.events, view.run, "evaluate", []
@@ -35,6 +35,6 @@ def show_trace(fn, exercise: str = "baseline", steps: int | None = 2) -> None:
     if stop < len(events):
         print(f"     ... {len(events) - stop} more events: show_trace(fn, {exercise!r}, steps=None) shows all")
     if run.error is not None:
-        print(_exception_failure(getattr(fn, "__name__", "the function"), fn, run.error).message)
+        print(exception_failure(getattr(fn, "__name__", "the function"), fn, run.error).message)
     if run.reference is not None:
         print(f"it called {run.reference}, the lab's reference implementation")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..exercises import TRAIN_EXERCISES, get
 from . import on_gpu
-from .calling import _check_signature, _exception_failure, _isolated, _reference_failure
-from .report import CheckReport, NotJudged, _run_stages, as_given
+from .calling import isolated, judge_call, new_report
+from .report import CheckReport, NotJudged, as_given
 from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
 from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
                           _st_scheduler_order, _st_trailing, _st_train_mode, _st_zero_grad)
@@ -51,17 +51,8 @@ EXERCISE_STAGES = {
 
 
 def _analyse_train(report: CheckReport, fn, view: TrainView, applicable) -> None:
-    before = len(report.failures)
-    if view.run.reference is not None:
-        report.failures.append(_reference_failure("train_one_epoch", view.run.reference))
-        return
-    _run_stages(report, TRAIN_STAGES, view, applicable)
-    if view.run.error is not None:
-        error = _exception_failure("train_one_epoch", fn, view.run.error)
-        if len(report.failures) == before:
-            report.failures.append(error)
-        else:  # the root cause was found in what ran before the crash; the crash is its consequence
-            report.failures[before].details += f"\n(after this, {error.message[0].lower()}{error.message[1:]})"
+    """Judge one run of the loop on the stages that apply."""
+    judge_call(report, "train_one_epoch", fn, view.run, TRAIN_STAGES, view, applicable)
 
 
 def check_train_one_epoch(fn, exercise: str = "baseline", *, notebook: str | None = None, skip=()) -> CheckReport:
@@ -74,12 +65,11 @@ def check_train_one_epoch(fn, exercise: str = "baseline", *, notebook: str | Non
     if exercise not in TRAIN_EXERCISES:
         raise ValueError(f"exercise={exercise!r} is unknown: use one of {', '.join(TRAIN_EXERCISES)}")
     applicable = tuple(s for s in EXERCISE_STAGES[exercise] if s not in skip)
-    where = get(exercise).notebook if notebook is None else f"{notebook}, lab {int(get(exercise).notebook[:2])}'s loop"
-    report = CheckReport(f"train_one_epoch ({where})",
-                         ["signature", "uses_reference"] + [s for s, _, _ in TRAIN_STAGES if s in applicable])
-    if not _check_signature(report, fn, exercise):
+    where = None if notebook is None else f"{notebook}, lab {int(get(exercise).notebook[:2])}'s loop"
+    report = new_report(exercise, [s for s, _, _ in TRAIN_STAGES if s in applicable], fn, where=where)
+    if report.failures:  # not callable as the contract calls it
         return report
-    with _isolated():
+    with isolated():
         view = _run_train(fn, _train_case(exercise))
         report.trace = view.events
         _analyse_train(report, fn, view, applicable)

@@ -14,7 +14,7 @@ from torch.optim.lr_scheduler import LinearLR
 from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, global_norm, mark_batches
-from .calling import TracedCall, _call
+from .calling import TracedCall, traced_call
 from .report import _beside
 from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
                     N_TRAIN, OVERFLOW_AT, SEED, _crafted_labels, _images, _match, _tiny_model)
@@ -267,4 +267,4 @@ def _run_train(fn, case: TrainCase) -> TrainView:
     case.model.eval()  # as if evaluation just ran: a loop that forgets model.train() would train in eval mode
     tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler,
                     forbidden=exercises.FORBIDDEN[case.exercise], max_events=MAX_EVENTS, devices=True)
-    return TrainView(case, _call(fn, case.args, tracer))
+    return TrainView(case, traced_call(fn, case.args, tracer))

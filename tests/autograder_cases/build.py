@@ -20,6 +20,9 @@ from pathlib import Path
 
 import nbformat
 
+import mutants  # tests/ is on sys.path: pyproject.toml's pytest `pythonpath`
+import stubs
+
 ASSIGNMENT = "loop_lab"
 
 
@@ -47,21 +50,11 @@ class Student:
     unreadable: set[str] = field(default_factory=set)  # notebooks that must not even run
 
 
-def _stubs():
-    """The stub corpus (tests/stubs): do-nothing answers, however pytest put tests/ on the path."""
-    try:
-        import stubs
-    except ImportError:
-        from tests import stubs
-    return stubs
-
-
 def do_nothing_student(sol: dict, tests: list[Test]) -> Student:
     """Every notebook, every graded function replaced by a do-nothing body with a plausible return value (the
     first non-release stub of each exercise): it must score 0 on every autograded test."""
     from labutils import exercises
 
-    mutants, stubs = _mutants(), _stubs()
     notebooks, failing = {}, set()
     for exercise in exercises.EXERCISES:
         stub = next(s for s in stubs.DO_NOTHING if s.exercise == exercise.id and "release" not in s.name)
@@ -71,15 +64,6 @@ def do_nothing_student(sol: dict, tests: list[Test]) -> Student:
         failing |= {(exercise.notebook, t.name) for t in tests_for(tests, exercise.notebook, names[0])}
     return Student("do-nothing", "a do-nothing body with a plausible return in every graded function: zero",
                    notebooks, failing=failing)
-
-
-def _mutants():
-    """The trace-check corpus (tests/mutants), however pytest put tests/ on the path."""
-    try:
-        import mutants
-    except ImportError:
-        from tests import mutants
-    return mutants
 
 
 def load_tests(solutions: Path) -> list[Test]:
@@ -130,7 +114,7 @@ def variant_fails(tests: list[Test], notebook: str, function: str, variant) -> d
     from labutils import exercises
     from labutils.checks import properties
 
-    verdicts = properties.verdicts(variant.exercise, _mutants().run_check(variant))
+    verdicts = properties.verdicts(variant.exercise, mutants.run_check(variant))
     exercise = exercises.get(variant.exercise)
     failing = {exercise.grade_id(p) for p, (passed, _) in verdicts.items() if not passed}
     keys = {(notebook, t.name) for t in tests_for(tests, notebook, function) if t.name in failing}
@@ -227,7 +211,6 @@ MUTANTS = [  # (corpus variant, notebook): one per notebook, plus a wrong signat
 
 def build_class(solutions: Path, release: Path, repo: Path, out_dir: Path) -> list[Student]:
     """Every sample student, with expectations; see :func:`write_class` to put them on disk."""
-    mutants = _mutants()
     tests = load_tests(solutions)
     sol = {p.stem: nbformat.read(p, as_version=4) for p in sorted(solutions.glob("*.ipynb"))}
     rel = {p.stem: p.read_bytes() for p in sorted(release.glob("*.ipynb"))}
@@ -264,7 +247,6 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     sig02 = "def train_one_epoch(model, loader, optimizer, scheduler, device):\n"
     sig03 = "def train_one_epoch(model, loader, optimizer, scheduler, max_norm, device):\n"
     good02 = solution_cell(sol["02_scheduler"], "train_one_epoch").source
-    mutants = _mutants()
     variants = {v.name: v for v in mutants.VARIANTS}
     s = []
 

@@ -20,10 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-try:
-    from autograder_cases import build
-except ImportError:
-    from tests.autograder_cases import build
+from autograder_cases import build
 
 CONTROL = "control"  # the solutions, untouched: graded exactly as alone
 ZYGOTE = "zygote-attacker"  # door 1: asks the grader's fork server for work on its own terms

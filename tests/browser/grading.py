@@ -19,14 +19,9 @@ from pathlib import Path
 
 import nbformat
 
-try:
-    import mutants
-    from autograder_cases import build
-    from browser import hostile
-except ImportError:
-    from tests import mutants
-    from tests.autograder_cases import build
-    from tests.browser import hostile
+import mutants
+from autograder_cases import build
+from browser import hostile
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = "01_baseline"

@@ -17,10 +17,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 from . import labpage  # noqa: E402
 
-try:
-    import mutants
-except ImportError:
-    from tests import mutants
+import mutants
 
 VARIANTS = {v.name: v for v in mutants.VARIANTS}
 CORRECT = VARIANTS["baseline_canonical"]

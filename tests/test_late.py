@@ -3,7 +3,6 @@ extensions; the instructor's files read strictly, a mistake named with its fix."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone

@@ -219,8 +219,13 @@ def _ck_safe_load(c: CkptCtx):
 
 
 def _ck_return_value(c: CkptCtx):
+    """The step returned is evidence only when the file on disk holds that step: a load that returns a number kept
+    in memory (a global, the check's own held pair of lab 7) read nothing back."""
     if c.load is None or not c.load.complete:
         return None
+    if c.ckpt is None or "step" not in _find_parts(c.ckpt, set(c.saved["model"]), c.step):
+        return NotJudged(f"the checkpoint on disk holds no step={c.step} (or cannot be read), so a returned step "
+                         "was not read back from it")
     got = c.load.result
     if isinstance(got, numbers.Integral) and not isinstance(got, bool) and got == c.step:
         return []

@@ -161,6 +161,20 @@ def load_returns_step_key(path, model, optimizer, scheduler, scaler):
     return int(torch.load(path, weights_only=True).get("step", 0))
 
 
+_KEPT = {}
+
+
+def save_step_in_memory(path, model, optimizer, scheduler, scaler, step):
+    """A lazy pair that writes a file but keeps the step in a global: the load 'returns the saved step' having read
+    nothing back (as lab 7's check's own in-memory pair does)."""
+    torch.save({}, path)
+    _KEPT["step"] = step
+
+
+def load_step_from_memory(path, model, optimizer, scheduler, scaler):
+    return _KEPT.get("step", 0)
+
+
 def save_from_the_handout(path, model, optimizer, scheduler, scaler, step):
     """The shortcut a student tries first: the lab's own save, which the handout no longer has."""
     from labutils.checkpoint import save_checkpoint

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from autograder.channel import CellScore, Result
+from autograder.channel import CellScore, Result, build
 
 
 @dataclass
@@ -36,7 +36,7 @@ class TaskOutcome:
 
     @classmethod
     def from_json(cls, data: dict) -> TaskOutcome:
-        return cls(**dict(data, tests=[CellScore(**t) for t in data.get("tests", [])]))
+        return cls(**dict(data, tests=[build(CellScore, t) for t in data.get("tests", [])]))
 
     @property
     def points(self) -> float:

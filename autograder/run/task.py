@@ -255,10 +255,10 @@ def read_scores(course: Path, student: str, notebook: str, verdicts: dict | None
 
 
 def cell_verdict(scored: Verdict, judged: Verdict | None) -> Verdict:
-    """A graded cell's verdict: the judge's (``judged``), with the points nbgrader gave the cell (``scored``); the
-    cell's own when no check judged it, or when it failed in the kernel although the judge passed it (the kernel's
-    failure stands: its message says why)."""
+    """A graded cell's verdict: the judge's (``judged``), with the points nbgrader gave the cell and the text its
+    outputs show the student (``scored``: the same words as the feedback page); the cell's own when no check judged
+    it, or when it failed in the kernel although the judge passed it (the kernel's failure stands)."""
     if judged is None or judged.passed and not scored.passed:
         return scored if judged is None else dataclasses.replace(
             scored, exercise=judged.exercise, property_id=judged.property_id, concept=judged.concept)
-    return dataclasses.replace(judged, points=scored.points, max_points=scored.max_points)
+    return dataclasses.replace(judged, points=scored.points, max_points=scored.max_points, message=scored.message)

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 try:
-    from browser.grading import NOTEBOOK, grade, write_submissions
+    from browser.grading import NOTEBOOK, REPO, grade, write_submissions
 except ImportError:
-    from tests.browser.grading import NOTEBOOK, grade, write_submissions
+    from tests.browser.grading import NOTEBOOK, REPO, grade, write_submissions
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
 STUDENTS = ("bob", "dan")
@@ -89,7 +90,7 @@ def graded(tmp_path_factory) -> dict[str, Path]:
         outs[name] = tmp / name
         with pytest.MonkeyPatch.context() as mp:
             if name == "reworded":
-                mp.setenv("PYTHONPATH", str(tmp / "reword"))
+                mp.setenv("PYTHONPATH", os.pathsep.join([str(tmp / "reword"), str(REPO)]))  # this checkout's code
             proc = grade(submissions, outs[name])
         assert proc.returncode == 0, proc.stderr[-4000:]
     return outs

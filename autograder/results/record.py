@@ -13,6 +13,19 @@ from labutils.verdict import Verdict
 
 
 @dataclass
+class NotebookGrade:
+    """One (student, notebook) as the gradebook holds it now (hand-graded points included): a row of grades.csv and
+    what the LMS exports add up."""
+
+    student: str
+    notebook: str
+    score: float  # after the late penalty
+    max_score: float
+    raw_score: float
+    late_penalty: float
+
+
+@dataclass
 class TestRecord:
     """One graded test of the student: its points and its verdict's data (``passed`` None: a written answer not yet
     graded by hand)."""

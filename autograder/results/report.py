@@ -16,7 +16,7 @@ from autograder.layout import ASSIGNMENT
 from .csvcells import write_csv
 from .gradebook import read_rows
 from .late import Lateness
-from .record import NotebookRecord, StudentRecord, TestRecord
+from .record import NotebookGrade, NotebookRecord, StudentRecord, TestRecord
 from .summary import write_summary
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
@@ -114,24 +114,24 @@ def late_line(path: Path, late: Lateness | None, penalty: float) -> None:
         write_atomically(path, page.encode("utf-8"))
 
 
-def grade_rows(rows: list[dict], lateness: dict | None) -> tuple[tuple[str, ...], list[dict]]:
+def grade_rows(rows: list[NotebookGrade], lateness: dict | None) -> tuple[tuple[str, ...], list[dict]]:
     """grades.csv's columns and rows: the late columns only when the course has deadlines."""
-    if lateness is None:
-        return CSV_FIELDS, [{k: _num(r[k]) if k.endswith("score") else r[k] for k in CSV_FIELDS} for r in rows]
-    out = []
+    table = []
     for r in rows:
-        late = lateness.get((r["student"], r["notebook"]))
-        out.append({**{k: _num(r[k]) if k.endswith("score") else r[k] for k in CSV_FIELDS},
-                    "raw_score": _num(r["raw_score"]), "late_penalty": _num(r["late_penalty"]),
-                    "hours_late": late.hours_late if late else "", "submitted": late.submitted if late else "",
-                    "time_source": late.source if late else ""})
-    return CSV_FIELDS + LATE_FIELDS, out
+        row = {"student": r.student, "notebook": r.notebook, "score": _num(r.score), "max_score": _num(r.max_score)}
+        if lateness is not None:
+            late = lateness.get((r.student, r.notebook))
+            row.update(raw_score=_num(r.raw_score), late_penalty=_num(r.late_penalty),
+                       hours_late=late.hours_late if late else "", submitted=late.submitted if late else "",
+                       time_source=late.source if late else "")
+        table.append(row)
+    return (CSV_FIELDS if lateness is None else CSV_FIELDS + LATE_FIELDS), table
 
 
 def write_all(result, db_url: str) -> None:
     out = result.out
     rows, test_max, by_hand = read_rows(db_url, result.students, result.notebooks)
-    penalties = {(r["student"], r["notebook"]): r["late_penalty"] for r in rows}
+    penalties = {(r.student, r.notebook): r.late_penalty for r in rows}
     for outcome in result.outcomes.values():
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))

@@ -7,9 +7,9 @@ The hops: grade -> pool -> worker (:class:`RunConfig` once, then :class:`Task`; 
 (:class:`CheckLine`, one per hidden test).
 
 A message is a dataclass; a graded test's verdict travels as :class:`labutils.verdict.Verdict` inside
-:class:`CheckLine` and :class:`CellScore`. :func:`encode` turns a message into a line at the boundary and :func:`decode` back into the same
-dataclass right after (nested dataclasses included), so no hop reads or writes dict keys. An executor other than
-the local pool (Dask) moves the same :class:`Task` and :class:`Result` objects.
+:class:`CheckLine` and :class:`CellScore`. :func:`encode` turns a message into a line at the boundary and
+:func:`decode` back into the same dataclass right after (nested dataclasses included), so no hop reads or writes
+dict keys. An executor other than the local pool (Dask) moves the same :class:`Task` and :class:`Result` objects.
 """
 
 from __future__ import annotations

@@ -3,16 +3,18 @@ carried unchanged to every page that shows it (the grader's recheck, the task's 
 the student's JSON, the feedback page, the class summary).
 
 It lives beside the registry, not in :mod:`labutils.checks` (whose import loads torch), because the grader's own
-processes read it and never import torch. Facts travel as fields, words only for people: why a test earned nothing (``causes``), which graded test to fix
-first (``blocked_by``), the concept it checks (``concept``, from the registry) are never read back out of
-``message``. Rewording every message changes nothing but words.
+processes read it and never import torch. Facts travel as fields, words only for people: why a test earned nothing
+(``causes``), which graded test to fix first (``blocked_by``), the concept it checks (``concept``, from the
+registry) are never read back out of ``message``. Rewording every message changes nothing but words
+(tests/test_verdict_data.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-BY_CHECK, BY_NOTEBOOK, BY_HAND = "check", "notebook", "hand"  # who decided: the lab's check, the cell's own code, a person
+# who decided: the lab's check (outside the kernel), the cell's own run in the kernel, a person
+BY_CHECK, BY_NOTEBOOK, BY_HAND = "check", "notebook", "hand"
 
 
 @dataclass
@@ -37,11 +39,6 @@ class Verdict:
     property_id: str = ""
     concept: str = ""
     by: str = BY_CHECK  # check | notebook | hand
-
-    @property
-    def root_cause(self) -> str:
-        """The graded test whose mistake cost this one its points: the first it is blocked by, else itself."""
-        return self.blocked_by[0] if self.blocked_by else self.grade_id
 
 
 def verdict_of(exercise_id: str, property_id: str, passed: bool, message: str, **data) -> Verdict:

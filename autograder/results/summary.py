@@ -53,7 +53,8 @@ def write_summary(out: Path, records: list[StudentRecord], test_max: dict, resul
         ]
     lines += ["## Tests", "",
               "Failures count the students who handed the notebook in; the message is that of their most common "
-              "cause (the checks that cost the points, or the test to fix first). Written answers are graded by hand in the gradebook (0 in grades.csv until then).", "",
+              "cause (the checks that cost the points, or the test to fix first). Written answers are graded by hand "
+              "in the gradebook (0 in grades.csv until then).", "",
               "| notebook | test | points | failed | not handed in | most common message |",
               "|---|---|---:|---:|---:|---|"]
     failures, failed_by_test, concepts = {}, {}, []

@@ -243,11 +243,12 @@ def read_scores(course: Path, student: str, notebook: str, verdicts: dict | None
         tests = []
         for grade in submission.grades:
             kind = "manual" if grade.name in written else "auto"
-            scored = Verdict(grade_id=grade.name, points=float(grade.score or 0.0), max_points=float(grade.max_score),
-                             passed=float(grade.score or 0.0) >= float(grade.max_score) and not grade.needs_manual_grade,
+            points, max_points = float(grade.score or 0.0), float(grade.max_score)
+            scored = Verdict(grade_id=grade.name, points=points, max_points=max_points,
+                             passed=points >= max_points and not grade.needs_manual_grade,
                              message=messages.get(grade.name, ""), concept=exercises.concept(notebook, grade.name) or "",
                              by=BY_HAND if grade.needs_manual_grade else BY_NOTEBOOK,
-                             judged=not (kind == "manual" and grade.needs_manual_grade))
+                             judged=not grade.needs_manual_grade)
             tests.append(CellScore(name=grade.name, kind=kind, auto_score=grade.auto_score,
                                    needs_manual_grade=bool(grade.needs_manual_grade),
                                    verdict=cell_verdict(scored, (verdicts or {}).get(grade.name))))

@@ -203,3 +203,42 @@ def test_every_writer_reads_the_typed_student_record(tmp_path):
         (0.75, 1, "failed", "visible"), (0, 1, "failed", "after_published")]
     assert "Graded by hand on Gradescope: 01_baseline: answer_zero_grad_order (2 points)" in results.output
     assert "Note: a note" in results.output
+
+
+# --- the recheck judges every test cell that ran, for its verdict's data -------------------------------------------
+
+
+def test_the_recheck_plans_every_test_that_ran_and_hands_back_the_judges_verdict():
+    """A test cell that failed in the kernel is judged outside it too (its verdict says what to fix first; its points
+    stay the kernel's), one that ran out of time is not, nor a later test of the same function (it would only run
+    out of time again); each outcome is the CheckLine's verdict unchanged, and only a real True passes."""
+    import nbformat
+
+    from autograder.channel import CheckLine
+    from autograder.hidden.plan import plan
+    from labutils.verdict import Verdict
+
+    def test_cell(grade_id, ename=None):
+        cell = nbformat.v4.new_code_cell("pass", metadata={"nbgrader": {"grade": True, "grade_id": grade_id,
+                                                                        "points": 1, "locked": True}})
+        cell.outputs = [nbformat.v4.new_output("error", ename=ename, evalue="", traceback=[])] if ename else []
+        return cell
+
+    def hidden(prop, function="train_one_epoch"):
+        return f'### BEGIN HIDDEN TESTS\nverify("01_baseline", "{function}", "{prop}")\n### END HIDDEN TESTS'
+
+    cells = [nbformat.v4.new_code_cell("def train_one_epoch(): pass"), test_cell("steps"),
+             test_cell("gradient", "AssertionError"), test_cell("eval_mode", "CellTimeoutError"),
+             test_cell("no_grad", "AssertionError")]
+    sources = {"steps": hidden("steps"), "gradient": hidden("gradient"), "eval_mode": hidden("eval_mode", "evaluate"),
+               "no_grad": hidden("no_grad", "evaluate")}
+    the_plan = plan(cells, sources, timed_out={3}, stopped_at=None)
+    assert sorted(the_plan.targets) == [1, 2] and the_plan.failed_in_kernel == {2}
+    blocked = Verdict(grade_id="test_train_one_epoch_gradient", passed=False, judged=False,
+                      blocked_by=["test_train_one_epoch_steps"], causes=["gradient"], concept="the gradient")
+    forged = Verdict(grade_id="test_train_one_epoch_steps", passed="yes")  # a truthy non-bool: not a pass
+    lines = [CheckLine(grade_id="gradient", call=["01_baseline", "train_one_epoch", "gradient"], verdict=blocked,
+                       seconds=0.1),
+             CheckLine(grade_id="steps", call=["01_baseline", "train_one_epoch", "steps"], verdict=forged, seconds=0.1)]
+    outcomes = dict(the_plan.outcomes(lines, "did not finish"))
+    assert outcomes[2].verdict == blocked and outcomes[1].verdict.passed is False

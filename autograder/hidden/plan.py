@@ -10,6 +10,7 @@ zygote and puts the failures under their test cells.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass, field
 
 from nbgrader import utils
@@ -58,6 +59,7 @@ class RecheckPlan:
                 judged = item.verdict if item is not None else verdict.failed(
                     verifier.contract(call[0], call[1]).id, call[2], f"{verifier.describe(call)} {why_missing}",
                     "stopped")
+                judged = dataclasses.replace(judged, passed=judged.passed is True)  # only a real True passes
                 outcomes.append((index, RecheckOutcome(grade_id=grade_id, call=list(call), verdict=judged)))
         return outcomes
 

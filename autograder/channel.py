@@ -6,10 +6,12 @@ The hops: grade -> pool -> worker (:class:`RunConfig` once, then :class:`Task`; 
 :class:`ZygoteReady`), worker -> recheck child (:class:`RecheckSpec`, in a file), recheck child -> zygote
 (:class:`CheckLine`, one per hidden test).
 
-A message is a dataclass; :func:`encode` turns it into a line at the boundary and :func:`decode` back into the same
-dataclass right after (nested dataclasses included), so no hop reads or writes dict keys. The dataclass <-> JSON
-codec is :mod:`labutils.messages`, which the recheck's observer -> judge records share (``labutils`` cannot import
-the grader). An executor other than the local pool (Dask) moves the same :class:`Task` and :class:`Result` objects.
+A message is a dataclass; a graded test's verdict travels as :class:`labutils.verdict.Verdict` inside
+:class:`CheckLine` and :class:`CellScore`. :func:`encode` turns a message into a line at the boundary and
+:func:`decode` back into the same dataclass right after (nested dataclasses included), so no hop reads or writes
+dict keys. The dataclass <-> JSON codec is :mod:`labutils.messages`, which the recheck's observer -> judge
+records share (``labutils`` cannot import the grader). An executor other than the local pool (Dask) moves the same
+:class:`Task` and :class:`Result` objects.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from labutils import messages
+from labutils.verdict import Verdict
 
 
 # --- grade -> pool -> worker -------------------------------------------------------------------------------------------
@@ -60,16 +63,30 @@ class RunConfig:
 
 @dataclass
 class CellScore:
-    """One graded cell of a notebook after autograding."""
+    """One graded cell of a notebook after autograding: nbgrader's bookkeeping and the cell's :class:`Verdict` (its
+    points, whether it passed and why, as data; its ``message`` is what a student reads)."""
 
     name: str  # grade_id
     kind: str  # auto | manual (a written answer, graded by hand)
-    points: float
-    max_points: float
-    passed: bool
     auto_score: float | None
     needs_manual_grade: bool
-    message: str = ""  # what a student reads when it failed
+    verdict: Verdict
+
+    @property
+    def points(self) -> float:
+        return self.verdict.points
+
+    @property
+    def max_points(self) -> float:
+        return self.verdict.max_points
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    @property
+    def message(self) -> str:
+        return self.verdict.message
 
 
 @dataclass
@@ -183,10 +200,9 @@ class RecheckSpec:
 class CheckLine:
     """One hidden test's verdict, written by the recheck child; believed only with the zygote's nonce."""
 
-    grade_id: str
+    grade_id: str  # the test cell it answers
     call: list[str]
-    passed: bool
-    message: str
+    verdict: Verdict  # as the judge made it (labutils.checks.properties.judge)
     seconds: float
     nonce: str = ""
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .grade import GradeOptions, grade
 from .layout import ASSIGNMENT, REPO_ROOT
+from .results.record import StudentRecord
 
 ROOT_ENV = "GRADESCOPE_ROOT"  # where Gradescope's folders are (default /autograder): the tests point it elsewhere
 DEFAULT_ROOT = Path("/autograder")
@@ -167,24 +168,24 @@ def hidden_tests(source: Path) -> set[tuple[str, str]]:
     return found
 
 
-def to_results(record: dict, hidden: set[tuple[str, str]], seconds: float) -> GradescopeResults:
+def to_results(record: StudentRecord, hidden: set[tuple[str, str]], seconds: float) -> GradescopeResults:
     """The student's record (``OUT/<student>.json``) as results.json: autograded tests only, the written answers
     left to Gradescope's manual questions."""
     tests, manual = [], []
-    for i, t in enumerate(record["tests"], start=1):
-        if t["kind"] == "manual":
-            manual.append(f"{t['notebook']}: {t['name']} ({t['max_points']:g} points)")
+    for i, t in enumerate(record.tests, start=1):
+        if t.kind == "manual":
+            manual.append(f"{t.notebook}: {t.name} ({t.max_points:g} points)")
             continue
         tests.append(GradescopeTest(
-            name=f"{t['notebook']}: {t['name']}", number=str(i), score=t["points"], max_score=t["max_points"],
-            status="passed" if t["passed"] else "failed", output=t["message"] or ("passed" if t["passed"] else ""),
-            visibility="after_published" if (t["notebook"], t["name"]) in hidden else "visible"))
+            name=f"{t.notebook}: {t.name}", number=str(i), score=t.points, max_score=t.max_points,
+            status="passed" if t.passed else "failed", output=t.message or ("passed" if t.passed else ""),
+            visibility="after_published" if (t.notebook, t.name) in hidden else "visible"))
     auto = sum(t.max_score for t in tests)
     lines = [f"Autograded by Loop Lab: {sum(t.score for t in tests):g} of {auto:g} points."]
     if manual:
         lines.append("Graded by hand on Gradescope: " + "; ".join(manual) + ".")
-    lines += [f"Note: {note}" for note in record.get("notes", [])]
-    lines += [f"{nb}: {'; '.join(n['notes'])}" for nb, n in record["notebooks"].items() if n["notes"]]
+    lines += [f"Note: {note}" for note in record.notes]
+    lines += [f"{nb}: {'; '.join(n.notes)}" for nb, n in record.notebooks.items() if n.notes]
     return GradescopeResults(tests=tests, output="\n".join(lines), execution_time=round(seconds, 1))
 
 
@@ -207,7 +208,7 @@ def run(layout: GradescopeLayout, source: Path | None = None) -> int:
         try:
             result = grade(_submission_folder(layout, work), work / "out",
                            GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source), root=REPO_ROOT)
-            record = json.loads((result.out / f"{STUDENT}.json").read_text())
+            record = StudentRecord.from_json((result.out / f"{STUDENT}.json").read_text())
             log = (result.out / "grading.log").read_text(errors="replace")
         except Exception as exc:  # the student sees why, the instructor the traceback on stdout
             import traceback

@@ -36,6 +36,12 @@ def from_json(raw, messages: dict[str, type], leaf=_same, checked: bool = False)
     return message
 
 
+def build(cls, data, leaf=_same):
+    """``data`` (decoded JSON, no envelope) as the dataclass ``cls``: how a file written from a message's fields (the
+    grader's journal) is read back into it."""
+    return _build(cls, data, leaf)
+
+
 def _fields(cls, value, leaf) -> dict:
     """A dataclass's fields as JSON, each as its declared type says."""
     if not isinstance(value, cls):

@@ -308,11 +308,13 @@ def test_hidden_verify_in_a_notebook_namespace():
     variants = {v.name: v for v in mutants.VARIANTS}
     namespace = {"train_one_epoch": variants["baseline_canonical"].function}
     gradient = ("01_baseline", "train_one_epoch", "gradient")
-    assert verifier.run_check(gradient, namespace)[0] is True
+    assert verifier.run_check(gradient, namespace).passed is True
     namespace = {"train_one_epoch": variants["no_zero_grad"].function}
-    passed, message = verifier.run_check(("01_baseline", "train_one_epoch", "steps"), namespace)
+    verdict = verifier.run_check(("01_baseline", "train_one_epoch", "steps"), namespace)
+    passed, message = verdict.passed, verdict.message
     assert not passed and "still in .grad from step 1" in message
-    passed, message = verifier.run_check(gradient, {})
+    verdict = verifier.run_check(gradient, {})
+    passed, message = verdict.passed, verdict.message
     assert not passed and "train_one_epoch is not defined" in message
     with pytest.raises(ValueError, match="no hidden test"):
         verifier.verify("01_baseline", "nope", "gradient")

@@ -305,7 +305,7 @@ def _failing_properties(variant) -> set[str]:
     from labutils.checks import properties
 
     report = run_check(variant)
-    return {p for p, (passed, _) in properties.verdicts(variant.exercise, report).items() if not passed}
+    return {p for p, v in properties.verdicts(variant.exercise, report).items() if not v.passed}
 
 
 # Mutants whose one mistake really shows in a second property's numbers (not a dependency of the checks): the
@@ -348,15 +348,16 @@ def test_buggy_variant_fails_its_property_and_costs_others_only_what_is_unjudgea
     report = run_check(variant)
     verdicts = properties.verdicts(variant.exercise, report)
     expected = _expected_properties(variant)
-    failing = {p for p, (passed, _) in verdicts.items() if not passed}
+    failing = {p for p, v in verdicts.items() if not v.passed}
     assert expected <= failing
     prop = sorted(expected)[0]
-    assert variant.expected_message in verdicts[prop][1]
+    assert variant.expected_message in verdicts[prop].message
     from labutils import exercises
 
     for other in sorted(failing - expected - DOUBLE_MISTAKES.get(variant.name, set())):
-        message = verdicts[other][1]
+        message = verdicts[other].message
         assert "not judged" in message and message.startswith("✗"), f"{other}: {message}"
+        assert not verdicts[other].judged and verdicts[other].blocked_by, f"{other}: {verdicts[other]}"
         assert expected & set(exercises.needs(variant.exercise, other)), \
             f"{other} is left unjudged by a mistake in {expected}: the registry (exercises.EVIDENCE) must say it needs it"
 
@@ -396,10 +397,11 @@ def test_a_property_that_could_not_be_judged_earns_nothing_and_names_the_fix():
     from labutils.checks import properties
 
     step_before_backward = next(v for v in BUGGY if v.name == "step_before_backward")
-    passed, message = properties.judge("baseline", "gradient", run_check(step_before_backward))
-    assert not passed and message.startswith("✗ test_train_one_epoch_gradient: not judged")
+    verdict = properties.judge("baseline", "gradient", run_check(step_before_backward))
+    assert not verdict.passed and verdict.message.startswith("✗ test_train_one_epoch_gradient: not judged")
+    assert not verdict.judged and verdict.blocked_by == ["test_train_one_epoch_steps"]  # data, not words
     no_zero_grad = next(v for v in BUGGY if v.name == "no_zero_grad")  # step 1 had fresh gradients: judged there
-    assert properties.judge("baseline", "gradient", run_check(no_zero_grad))[0]
+    assert properties.judge("baseline", "gradient", run_check(no_zero_grad)).passed
 
 
 def test_one_check_run_per_set_of_functions(monkeypatch):
@@ -464,7 +466,7 @@ def test_a_tensor_loss_does_not_hide_the_norms():
         return torch.tensor(loss), norms
 
     verdicts = properties.verdicts("clipping", check_train_one_epoch(train_one_epoch, "clipping"))
-    assert {p for p, (ok, _) in verdicts.items() if not ok} == {"loop"}, verdicts
+    assert {p for p, v in verdicts.items() if not v.passed} == {"loop"}, verdicts
 
 
 def test_a_swapped_pair_is_called_swapped_not_a_percentage():
@@ -628,4 +630,4 @@ def test_a_lab_6_mistake_costs_lab_7_nothing(pair):
     with_buggy_pair = types.FunctionType(loop.__code__, {**loop.__globals__, "save_checkpoint": save,
                                                          "load_checkpoint": load}, loop.__name__)
     verdicts = checks.properties.verdicts("resume", check_resume(with_buggy_pair))
-    assert all(passed for passed, _ in verdicts.values()), verdicts
+    assert all(v.passed for v in verdicts.values()), verdicts

@@ -208,7 +208,7 @@ def test_a_made_up_run_of_a_loop_that_did_nothing_earns_nothing():
     fake = {"events": [], "result": 2.3, "reference": None, "crashed": False, "moves": [], "error": None}
     correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
     report = judged_apart("baseline", correct.functions, _forge_runs(fake))
-    assert not any(passed for passed, _ in properties.verdicts("baseline", report).values()), str(report)
+    assert not any(v.passed for v in properties.verdicts("baseline", report).values()), str(report)
 
 
 def test_a_record_that_does_not_describe_a_run_fails_the_check():
@@ -247,8 +247,8 @@ def _forge(calls):
         print("FORGER: opened the judge's memory")
     except OSError as exc:
         print("FORGER: the judge's memory is closed:", exc)
-    lines = b"".join(json.dumps({"type": "CheckLine", "body": {"grade_id": g, "call": c, "passed": True,
-                     "message": "", "seconds": 0.1, "nonce": n}}).encode() + b"\n"
+    lines = b"".join(json.dumps({"type": "CheckLine", "body": {"grade_id": g, "call": c, "seconds": 0.1, "nonce": n,
+                     "verdict": {"grade_id": g, "passed": True, "points": 1.0}}}).encode() + b"\n"
                      for n in _nonces() for g, c in calls)
     targets = list(range(0, 256)) + glob.glob(f"/proc/{os.getppid()}/fd/*")
     for target in targets:
@@ -304,10 +304,10 @@ def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everythin
     forged, forged_log = _recheck(reachable / "forger", cells(forger))
     honest, honest_log = _recheck(reachable / "honest", cells(mutants.source(correct)))
     assert honest.status == "exited" and len(honest.lines) == len(calls), honest_log[-3000:]
-    assert all(line.passed for line in honest.lines), [line.message for line in honest.lines]
+    assert all(line.verdict.passed for line in honest.lines), [line.verdict.message for line in honest.lines]
     assert forged.status == "exited", forged_log[-3000:]
     assert len(forged.lines) == len(calls), (forged.lines, forged_log[-3000:])
-    assert not any(line.passed for line in forged.lines), [line.message[:200] for line in forged.lines]
+    assert not any(line.verdict.passed for line in forged.lines), [line.verdict.message[:200] for line in forged.lines]
     assert "the judge's memory is closed" in forged_log, forged_log[-2000:]
 
 
@@ -327,11 +327,11 @@ def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachab
                                                        for p in train.properties]),
         RecheckCell(index=4, grade_id="evaluate", checks=[[evaluate.notebook, "evaluate", p.id]
                                                           for p in evaluate.properties])])
-    verdicts = {(line.grade_id, line.call[-1]): line.passed for line in reply.lines}
+    verdicts = {(line.grade_id, line.call[-1]): line.verdict.passed for line in reply.lines}
     assert len(verdicts) == len(train.properties) + len(evaluate.properties), log[-2000:]
     assert not any(v for (grade_id, _), v in verdicts.items() if grade_id == "train"), verdicts
     assert all(v for (grade_id, _), v in verdicts.items() if grade_id == "evaluate"), (verdicts, reply.lines)
-    first, *later = [line.message for line in reply.lines if line.grade_id == "train"]
+    first, *later = [line.verdict.message for line in reply.lines if line.grade_id == "train"]
     assert "did not return in the grader's re-run" in first, first
     for message in later:  # as the kernel says it: the judge remembers the check that never returned
         assert "did not return in the graded test above it (SystemExit)" in message, message
@@ -352,8 +352,8 @@ def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_a
     reply, log = _recheck(reachable, [RecheckCell(index=0, source=exits),
                                       RecheckCell(index=1, grade_id="baseline-tests", checks=[call])])
     assert time.monotonic() - started < 60, log[-2000:]
-    assert reply.status == "exited" and [line.passed for line in reply.lines] == [False], (reply, log[-2000:])
-    assert "stopped before it finished" in reply.lines[0].message
+    assert reply.status == "exited" and [line.verdict.passed for line in reply.lines] == [False], (reply, log[-2000:])
+    assert "stopped before it finished" in reply.lines[0].verdict.message
 
 
 RECORDS = [

@@ -12,6 +12,7 @@ import pytest
 
 from autograder.channel import CellScore, Result, RunConfig, Task
 from autograder.grade import GradeOptions, grade
+from labutils.verdict import Verdict
 
 pytestmark = pytest.mark.autograder
 
@@ -47,8 +48,10 @@ class CannedExecutor:
             if isinstance(answer, str):
                 on_result(Result.failed(task, answer), 1.0)
                 continue
-            score = CellScore(name="test_add", kind="auto", points=answer, max_points=2.0, passed=answer == 2.0,
-                              auto_score=answer, needs_manual_grade=False, message="" if answer else "wrong")
+            verdict = Verdict(grade_id="test_add", points=answer, max_points=2.0, passed=answer == 2.0,
+                              message="" if answer else "wrong", by="notebook")
+            score = CellScore(name="test_add", kind="auto", auto_score=answer, needs_manual_grade=False,
+                              verdict=verdict)
             on_result(Result(id=task.id, student=task.student, notebook=task.notebook, tests=[score],
                              timings={"total_s": 1.0}), 1.0)
 

@@ -15,6 +15,7 @@ from autograder import channel
 from autograder.channel import (CellScore, CheckLine, ExtraFile, KernelRequest, RecheckCell,
                                 RecheckReply, RecheckSpec, Result, RunConfig, Task)
 from autograder.sandbox.policy import Policy
+from labutils.verdict import Verdict
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autograder"
 pytestmark = pytest.mark.autograder
@@ -165,15 +166,17 @@ MESSAGES = [
     RunConfig(template_db="/w/t.db", work_dir="/w", cell_timeout=30, notebook_timeout=90, memory_mb=6144, threads=1,
               data_dirs=["/d"], cache_dir="/c"),
     Result(id="ann--01_baseline", student="ann", notebook="01_baseline",
-           tests=[CellScore(name="test_a", kind="auto", points=2.0, max_points=2.0, passed=True, auto_score=2.0,
-                            needs_manual_grade=False, message="")],
+           tests=[CellScore(name="test_a", kind="auto", auto_score=2.0, needs_manual_grade=False,
+                            verdict=Verdict(grade_id="test_a", passed=False, judged=False, points=0.0, max_points=2.0,
+                                            blocked_by=["test_b"], causes=["order"], exercise="baseline",
+                                            property_id="a", concept="a concept"))],
            notes=["a note"], timings={"kernel_s": 1.25, "total_s": 3.5}),
     KernelRequest(argv=["-f", "/k.json"], cwd="/w/t", env={"HOME": "/h"},
                   policy=Policy(write_dirs=["/w/t"], bind_ports=[5000], memory_mb=6144), log="/w/t/kernel.log"),
     RecheckSpec(cells=[RecheckCell(index=1, source="x = 1"), RecheckCell(index=2, grade_id="t", checks=[["a", "b"]])],
                 cell_timeout=30),
-    RecheckReply(status="exited", pid=12, lines=[CheckLine(grade_id="t", call=["a", "b"], passed=False, message="no",
-                                                           seconds=0.5)]),
+    RecheckReply(status="exited", pid=12, lines=[CheckLine(grade_id="t", call=["a", "b"], seconds=0.5,
+                                                           verdict=Verdict(grade_id="t", passed=False, message="no"))]),
 ]
 
 

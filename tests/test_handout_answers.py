@@ -66,7 +66,7 @@ def _shipped_candidates(contract: exercises.Function) -> list:
 
 def _points(save_fn, load_fn) -> set[str]:
     report = check_checkpoint(save_fn, load_fn)
-    return {p for p, (passed, _) in properties.verdicts("checkpoint", report).items() if passed}
+    return {p for p, v in properties.verdicts("checkpoint", report).items() if v.passed}
 
 
 @pytest.mark.parametrize("role", ["save", "load"])

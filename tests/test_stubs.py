@@ -19,16 +19,16 @@ import stubs
 
 def _earned(stub) -> set[str]:
     report = stubs.run_check(stub)
-    return {p for p, (passed, _) in properties.verdicts(stub.exercise, report).items() if passed}
+    return {p for p, v in properties.verdicts(stub.exercise, report).items() if v.passed}
 
 
 @pytest.mark.parametrize("stub", stubs.DO_NOTHING, ids=lambda s: s.name)
 def test_a_do_nothing_answer_scores_zero_on_every_property(stub):
     report = stubs.run_check(stub)
     verdicts = properties.verdicts(stub.exercise, report)
-    earned = {p: message for p, (passed, message) in verdicts.items() if passed}
+    earned = {p: v.message for p, v in verdicts.items() if v.passed}
     assert earned == {}
-    assert all(message.startswith("✗") for _, message in verdicts.values())  # never a green tick for it
+    assert all(v.message.startswith("✗") for v in verdicts.values())  # never a green tick for it
 
 
 @pytest.mark.parametrize("stub", stubs.PARTIAL, ids=lambda s: s.name)
@@ -78,7 +78,7 @@ def test_an_odd_return_value_gets_a_verdict_naming_it(exercise, functions, shown
     exercise_ = exercises.get(exercise)
     report = getattr(__import__("labutils.checks", fromlist=["x"]), exercise_.check_name)(*functions, *exercise_.check_args)
     verdicts = properties.verdicts(exercise, report)
-    failed = {p: message for p, (passed, message) in verdicts.items() if not passed}
+    failed = {p: v.message for p, v in verdicts.items() if not v.passed}
     assert failed, f"{exercise} returning {shown} passed every property"
     assert any(shown in message for message in failed.values()), failed
 
@@ -90,12 +90,12 @@ def test_the_class_summary_counts_not_judged_under_its_root_cause():
     """A student whose steps are wrong also loses gradient and mean_loss as "not judged": the summary's concept
     row is the steps' (the mistake to teach again), not three concepts."""
     from autograder.results import summary
+    from autograder.results.record import NotebookRecord, StudentRecord, TestRecord
 
     variant = next(v for v in mutants.BUGGY if v.name == "forward_under_no_grad")
     exercise = exercises.get(variant.exercise)
     verdicts = properties.verdicts(variant.exercise, mutants.run_check(variant))
-    tests = [{"notebook": exercise.notebook, "name": exercise.grade_id(p), "kind": "auto", "passed": passed,
-              "message": message} for p, (passed, message) in verdicts.items()]
-    record = {"student": "ann", "tests": tests, "notebooks": {exercise.notebook: {"status": "graded"}}}
+    tests = [TestRecord.of(exercise.notebook, v, "auto", v.passed) for v in verdicts.values()]
+    record = StudentRecord(student="ann", notebooks={exercise.notebook: NotebookRecord("graded")}, tests=tests)
     missed = summary._missed_by_root_cause([record])
     assert missed == {(exercise.notebook, exercise.grade_id("steps")): {"ann"}}

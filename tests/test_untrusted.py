@@ -112,12 +112,13 @@ def test_summary_md_shows_names_notes_and_messages_as_code(tmp_path):
     """A refused folder, a note with a student's file name and a failing test's message, all attacker-chosen."""
     import mistune
 
+    from autograder.results.record import NotebookRecord, StudentRecord, TestRecord
     from autograder.results.summary import write_summary
 
-    test = {"notebook": "00_a", "name": "test_x", "kind": "auto", "points": 0, "max_points": 1, "passed": False,
-            "message": f"raised `{HOSTILE}`"}
-    records = [{"student": "eve", "score": 0, "notes": [f"{HOSTILE}.csv not copied"], "tests": [test],
-                "notebooks": {"00_a": {"status": "graded", "notes": [HOSTILE]}}}]
+    test = TestRecord(notebook="00_a", name="test_x", kind="auto", points=0, max_points=1, passed=False,
+                      message=f"raised `{HOSTILE}`")
+    records = [StudentRecord(student="eve", notes=[f"{HOSTILE}.csv not copied"], tests=[test],
+                             notebooks={"00_a": NotebookRecord("graded", notes=[HOSTILE])})]
     result = SimpleNamespace(seconds=1.0, complete=False, problems=[f"{HOSTILE}: not graded: a link"])
     write_summary(tmp_path, records, {("00_a", "test_x"): (1, False)}, result)
     text = (tmp_path / "summary.md").read_text()

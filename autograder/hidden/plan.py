@@ -1,6 +1,7 @@
 """The plan of a notebook's recheck, and its verdicts read back: which graded cells carry hidden checks (their
 ``verify(...)`` calls, read from the gradebook's copy of the cell, never from the submission), which of the
-student's cells the recheck re-runs before them, and, from the recheck's reply, one outcome per hidden check.
+student's cells the recheck re-runs before them, and, from the recheck's reply, one outcome per hidden check: the
+judge's :class:`~labutils.verdict.Verdict`, unchanged.
 
 The notebook runner (:mod:`autograder.run.execute`) only runs the notebook; it asks for this plan, sends it to the
 zygote and puts the failures under their test cells.
@@ -9,11 +10,13 @@ zygote and puts the failures under their test cells.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 from nbgrader import utils
 
-from labutils import exercises
+from labutils import exercises, verdict
+from labutils.verdict import Verdict
 
 from autograder.channel import CheckLine, RecheckCell
 
@@ -28,18 +31,20 @@ def has_error(cell) -> bool:
 
 @dataclass
 class RecheckOutcome:
-    """One hidden test as the recheck outside the kernel decided it (read back from its :class:`CheckLine`)."""
+    """One hidden test as the judge outside the kernel decided it: its :class:`CheckLine`'s verdict, unchanged, or a
+    failed one when the reply does not answer it."""
 
-    grade_id: str
+    grade_id: str  # the test cell
     call: list[str]
-    passed: bool
-    message: str = ""
+    verdict: Verdict
 
 
 @dataclass
 class RecheckPlan:
     targets: dict[int, tuple[str, list]]  # cell index -> (grade_id, its verify calls)
     cells: list[RecheckCell]  # what the recheck runs, in order: the student's cells, then each target's checks
+    failed_in_kernel: set[int] = field(default_factory=set)  # targets whose cell failed in the kernel: judged for
+    # their verdict's data (what to fix first), never for points (the kernel's failure stands)
 
     def outcomes(self, lines: list[CheckLine], why_missing: str) -> list[tuple[int, RecheckOutcome]]:
         """(cell index, outcome) for every hidden check planned; one the reply does not answer failed, ``why``."""
@@ -51,28 +56,35 @@ class RecheckPlan:
             got = answered.get(grade_id, {})
             for call in calls:
                 item = got.get(tuple(call))
-                if item is not None and item.passed is True:
-                    outcomes.append((index, RecheckOutcome(grade_id=grade_id, call=list(call), passed=True)))
-                    continue
-                message = f"{verifier.describe(call)} {why_missing}" if item is None else \
-                    item.message or "hidden test failed"
-                outcomes.append((index, RecheckOutcome(grade_id=grade_id, call=list(call), passed=False,
-                                                       message=message)))
+                judged = item.verdict if item is not None else verdict.failed(
+                    verifier.contract(call[0], call[1]).id, call[2], f"{verifier.describe(call)} {why_missing}",
+                    "stopped")
+                judged = dataclasses.replace(judged, passed=judged.passed is True)  # only a real True passes
+                outcomes.append((index, RecheckOutcome(grade_id=grade_id, call=list(call), verdict=judged)))
         return outcomes
 
 
 def plan(cells, sources: dict[str, str], timed_out: set[int], stopped_at: int | None) -> RecheckPlan | None:
     """The recheck of a notebook whose ``cells`` ran (``timed_out``: cells stopped by the cell time limit;
-    ``stopped_at``: the first cell not run); None when no graded cell that ran cleanly has a hidden check.
-    ``sources``: grade_id -> the gradebook's source of that cell."""
-    targets = {}
+    ``stopped_at``: the first cell not run); None when no graded cell that ran has a hidden check.
+    ``sources``: grade_id -> the gradebook's source of that cell.
+
+    A graded cell that failed in the kernel is judged too (only its points stand as the kernel left them): its
+    verdict says, as data, what it is blocked by. One that ran out of time, or whose function did not return in an
+    earlier cell, is not: it would only run out of time again."""
+    targets, failed_in_kernel, stuck = {}, set(), set()
     for index, cell in enumerate(cells):
         if cell.cell_type != "code" or not utils.is_grade(cell):
             continue
         grade_id = cell.metadata.nbgrader.get("grade_id")
         calls = verifier.verify_calls(sources.get(grade_id, ""))
-        if calls and not has_error(cell):
+        exercises_of = {verifier.contract(c[0], c[1]).id for c in calls}
+        if index in timed_out or not_run(cell):
+            stuck |= exercises_of
+        elif calls and not exercises_of & stuck and (stopped_at is None or index < stopped_at):
             targets[index] = (grade_id, calls)
+            if has_error(cell):
+                failed_in_kernel.add(index)
     if not targets:
         return None
     planned = []
@@ -89,7 +101,13 @@ def plan(cells, sources: dict[str, str], timed_out: set[int], stopped_at: int | 
         else:
             skip = index in timed_out or (stopped_at is not None and index >= stopped_at)
             planned.append(RecheckCell(index=index, source=cell.source, run=not skip))
-    return RecheckPlan(targets, planned)
+    return RecheckPlan(targets, planned, failed_in_kernel)
+
+
+def not_run(cell) -> bool:
+    """Whether a test cell never ran to its end in the kernel: the kernel died, stopped, or the time ran out."""
+    return any(o.get("output_type") == "error" and o.get("ename") in ("NotRun", "KernelDied", "CellTimeoutError")
+               for o in cell.get("outputs", []))
 
 
 def only_shows_a_check(source: str) -> bool:

@@ -33,7 +33,9 @@ import time
 from autograder.hidden import verifier
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
 from autograder.process import fork_child
+from labutils import verdict
 from labutils.checks import evidence
+from labutils.verdict import Verdict
 from .snapshot import Snapshot
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
@@ -200,18 +202,22 @@ def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | N
             call = tuple(call)
             started = time.monotonic()
             try:
-                passed, message = _judge_one(records, call, checks, cache, functions)
+                verdict = _judge_one(records, call, checks, cache, functions)
             except evidence.ObserverStopped:
-                passed, message = False, _stopped(call)
+                verdict = failed(call[0], call[1], call[2], _stopped(call), "stopped")
             except evidence.EvidenceError as exc:
-                passed, message = False, _unreadable(call, exc)
-            out.write(encode(CheckLine(grade_id=cell.grade_id, call=list(call), passed=passed is True,
-                                       message=str(message), seconds=round(time.monotonic() - started, 3),
-                                       nonce=nonce)))
+                verdict = failed(call[0], call[1], call[2], _unreadable(call, exc), "evidence")
+            out.write(encode(CheckLine(grade_id=cell.grade_id, call=list(call), verdict=verdict,
+                                       seconds=round(time.monotonic() - started, 3), nonce=nonce)))
     out.close()
 
 
-def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functions: dict) -> tuple[bool, str]:
+def failed(notebook_id: str, function_name: str, property_id: str, message: str, cause: str) -> Verdict:
+    """The verdict on the hidden test (notebook, function, property) that could not be judged as it should."""
+    return verdict.failed(verifier.contract(notebook_id, function_name).id, property_id, message, cause)
+
+
+def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functions: dict) -> Verdict:
     begin = records.message()
     if begin is None:
         raise evidence.ObserverStopped("before the test")
@@ -219,25 +225,25 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
         raise evidence.EvidenceError("the observer is not at this test")
     if begin.problem is not None:
         _end(records)
-        return False, begin.problem
+        return failed(*call, str(begin.problem), "signature")
     exercise = verifier.contract(call[0], call[1])
     if begin.fresh or exercise.id not in functions:
         functions[exercise.id] = {str(name): Observed(str(name), sig) for name, sig in begin.functions}
     with evidence.playing(records):
-        passed, message = verifier.run_check(call, functions[exercise.id], checks, cache, guard=False)
+        judged = verifier.run_check(call, functions[exercise.id], checks, cache, guard=False)
     end, extra = _end(records)
     if end.tampered:
-        return False, verifier.tampered_message(call[1], end.tampered)
-    if end.error and not passed:  # as in the kernel, this exercise's later tests say it never returned
+        return failed(*call, verifier.tampered_message(call[1], end.tampered), "tampered")
+    if end.error and not judged.passed:  # as in the kernel, this exercise's later tests say it never returned
         from labutils.checks import properties
 
         fns, _ = verifier.find_functions(call[0], call[1], functions[exercise.id])
         properties.never_returned(exercise.id, tuple(fns), end.error.partition(":")[0], cache)
-        return False, (f"{call[1]} did not return in the grader's re-run of the notebook ({end.error}): fix that "
-                       "first, then it is judged.")
+        return failed(*call, f"{call[1]} did not return in the grader's re-run of the notebook ({end.error}): fix "
+                      "that first, then it is judged.", "stopped")
     if extra:
-        return False, _unreadable(call, "the observer made calls this check did not")
-    return passed, message
+        return failed(*call, _unreadable(call, "the observer made calls this check did not"), "evidence")
+    return judged
 
 
 def _end(records: evidence.Judge) -> tuple[evidence.CheckEnd, bool]:

@@ -17,10 +17,12 @@ Two ways it runs:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import sys
 
 from labutils import exercises
+from labutils.verdict import Verdict, failed
 
 
 
@@ -85,23 +87,25 @@ def describe(call: VerifyCall) -> str:
 
 
 def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict | None = None,
-              guard: bool = True) -> tuple[bool, str]:
-    """(passed, verdict text) of the hidden test ``call`` on the functions found in ``namespace``.
+              guard: bool = True) -> Verdict:
+    """The :class:`~labutils.verdict.Verdict` of the hidden test ``call`` on the functions found in
+    ``namespace``.
 
     ``call`` is (notebook_id, function_name, property_id): one graded property (labutils.checks.properties: one check
     run shared by all of them, the rule for a mistake upstream). ``cache``: a dict the caller keeps between calls (the grader's recheck keeps one per notebook); without
     one, the kernel-side memo of labutils.checks.properties is used. ``guard=False``: no student code runs in this
     process (the recheck's judge), so there is nothing to watch for patches.
     """
+    from labutils.checks import properties
+
     notebook_id, function_name, property_id = call
     spec = contract(notebook_id, function_name)
     spec.property(property_id)  # an unknown property fails loudly
     fns, problem = find_functions(notebook_id, function_name, namespace)
     if problem:
-        return False, problem
+        return failed(spec.id, property_id, problem, "signature")
     if checks_module is None:
         from labutils import checks as checks_module
-    from labutils.checks import properties
 
     snapshot = None
     # the grader's recheck: a report made while torch was patched is dropped. A report already in the cache was
@@ -113,13 +117,15 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
     try:
         report = properties.report_for(spec.id, tuple(fns), checks_module, cache)
     except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
-        return False, f"{function_name} could not be checked: {type(exc).__name__}: {exc}"
+        return failed(spec.id, property_id,
+                                 f"{function_name} could not be checked: {type(exc).__name__}: {exc}", "exception")
     changed = snapshot.tampered() if snapshot is not None else []
     if changed:  # every property test sharing this report fails the same way, not only the first
         properties.forget(spec.id, cache)
-        return False, tampered_message(function_name, changed)
-    passed, message = properties.judge(spec.id, property_id, report)
-    return passed is True, message  # only the real boolean counts (a student-made object is never "truthy enough")
+        return failed(spec.id, property_id, tampered_message(function_name, changed), "tampered")
+    verdict = properties.judge(spec.id, property_id, report)
+    # only the real boolean counts (a student-made object is never "truthy enough")
+    return dataclasses.replace(verdict, passed=verdict.passed is True)
 
 
 def verify(notebook_id: str, function_name: str, property_id: str) -> None:
@@ -131,9 +137,9 @@ def verify(notebook_id: str, function_name: str, property_id: str) -> None:
     if exercises.graded_outside():
         return  # the grader's recheck judges it outside the kernel and adds its verdict under the cell if it fails
     namespace = sys._getframe(1).f_globals
-    passed, message = run_check(call, namespace)
-    if not passed:
-        raise AssertionError(message)
+    verdict = run_check(call, namespace)
+    if not verdict.passed:
+        raise AssertionError(verdict.message)
 
 
 def tampered_message(function_name: str, changed) -> str:

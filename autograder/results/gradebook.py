@@ -8,6 +8,7 @@ from autograder.layout import ASSIGNMENT
 
 from .journal import kill_point
 from .late import Lateness, penalty_points, read_saved
+from .record import NotebookGrade
 
 
 def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
@@ -60,9 +61,9 @@ def store_penalties(db_url: str, students: list[str], notebooks: list[str],
         gb.db.commit()
 
 
-def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[dict], dict, dict]:
-    """(CSV rows (score: after the late penalty; raw_score, late_penalty), {(notebook, test): (max points, graded by hand?)} in cell order, {(student, notebook, test): the
-    score given by hand in formgrader}) read back from the gradebook."""
+def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[NotebookGrade], dict, dict]:
+    """(a :class:`NotebookGrade` per student and notebook, {(notebook, test): (max points, graded by hand?)} in cell
+    order, {(student, notebook, test): the score given by hand in formgrader}) read back from the gradebook."""
     from nbgrader.api import Gradebook
 
     rows, test_max, by_hand = [], {}, {}
@@ -78,13 +79,13 @@ def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[l
                 by_hand.update({(student, nb, g.name): float(g.manual_score) for g in sub.grades
                                 if g.manual_score is not None})
                 raw, penalty = float(sub.score or 0.0), float(sub.late_submission_penalty or 0.0)
-                rows.append({"student": student, "notebook": nb, "score": max(0.0, raw - penalty),
-                             "max_score": float(sub.max_score or 0.0), "raw_score": raw, "late_penalty": penalty})
+                rows.append(NotebookGrade(student=student, notebook=nb, score=max(0.0, raw - penalty),
+                                          max_score=float(sub.max_score or 0.0), raw_score=raw, late_penalty=penalty))
     return rows, test_max, by_hand
 
 
 
-def class_rows(db_url: str) -> tuple[list[str], list[str], list[dict]]:
+def class_rows(db_url: str) -> tuple[list[str], list[str], list[NotebookGrade]]:
     """(the students, the notebooks, :func:`read_rows`'s rows) of every student the gradebook holds: what an
     export reads after grading, hand-graded points included."""
     from nbgrader.api import Gradebook

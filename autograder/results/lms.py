@@ -214,9 +214,9 @@ def course_totals(out: Path) -> list[StudentTotal]:
     students, _, rows = class_rows(refresh_penalties(out))
     totals = {}
     for r in rows:
-        t = totals.get(r["student"], StudentTotal(r["student"], 0.0, 0.0, 0.0, 0.0))
-        totals[r["student"]] = StudentTotal(t.student, t.score + r["score"], t.raw_score + r["raw_score"],
-                                            t.late_penalty + r["late_penalty"], t.max_score + r["max_score"])
+        t = totals.get(r.student, StudentTotal(r.student, 0.0, 0.0, 0.0, 0.0))
+        totals[r.student] = StudentTotal(t.student, t.score + r.score, t.raw_score + r.raw_score,
+                                         t.late_penalty + r.late_penalty, t.max_score + r.max_score)
     return [totals[s] for s in students]
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from labutils.messages import build
+
 from autograder.channel import CellScore, Result
 
 
@@ -36,7 +38,7 @@ class TaskOutcome:
 
     @classmethod
     def from_json(cls, data: dict) -> TaskOutcome:
-        return cls(**dict(data, tests=[CellScore(**t) for t in data.get("tests", [])]))
+        return cls(**dict(data, tests=[build(CellScore, t) for t in data.get("tests", [])]))
 
     @property
     def points(self) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import json
 from pathlib import Path
 
 from labutils.atomic import write_atomically
+from labutils.verdict import BY_HAND, BY_NOTEBOOK, Verdict
 
 from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
@@ -16,6 +16,7 @@ from autograder.layout import ASSIGNMENT
 from .csvcells import write_csv
 from .gradebook import read_rows
 from .late import Lateness
+from .record import NotebookGrade, NotebookRecord, StudentRecord, TestRecord
 from .summary import write_summary
 
 CSV_FIELDS = ("student", "notebook", "score", "max_score")
@@ -28,7 +29,7 @@ def _num(x) -> float | int:
 
 
 def student_record(result, student: str, test_max: dict, by_hand: dict | None = None,
-                   penalties: dict | None = None) -> dict:
+                   penalties: dict | None = None) -> StudentRecord:
     """Everything one student gets back in machine-readable form; a score given by hand replaces the cell's, and a
     late penalty (``penalties``: the gradebook's points per (student, notebook)) is taken from the notebook's score."""
     tests, notebooks = [], {}
@@ -36,59 +37,50 @@ def student_record(result, student: str, test_max: dict, by_hand: dict | None = 
         outcome = result.outcomes[(student, nb)]
         got = outcome.cells()
         reason = "; ".join(outcome.notes) or "not graded"
-        for (test_nb, name), (max_points, manual) in test_max.items():
-            if test_nb != nb:
-                continue
-            t = got.get(name)
-            to_grade = bool(t and t.needs_manual_grade)
-            hand = (by_hand or {}).get((student, nb, name))
-            if hand is not None:
-                tests.append({"notebook": nb, "name": name, "kind": "manual" if manual else "auto",
-                              "points": _num(hand), "max_points": _num(max_points), "passed": hand >= max_points,
-                              "message": f"graded by hand: {hand:g} / {max_points:g}"})
-                continue
-            if manual:
-                message = ("written answer: to be graded by hand" if to_grade else
-                           "no answer written" if t else reason)
-            else:
-                message = (t.message if t else reason) or ""
-            tests.append({
-                "notebook": nb,
-                "name": name,
-                "kind": "manual" if manual else "auto",
-                "points": _num(t.points) if t else 0,
-                "max_points": _num(max_points),
-                "passed": None if to_grade else bool(t and t.passed),  # None: not decided until graded by hand
-                "message": message,
-            })
-        nb_tests = [t for t in tests if t["notebook"] == nb]
-        raw = sum(t["points"] for t in nb_tests)
+        nb_tests = [_test(nb, name, max_points, manual, got.get(name), (by_hand or {}).get((student, nb, name)),
+                          reason) for (test_nb, name), (max_points, manual) in test_max.items() if test_nb == nb]
+        tests += nb_tests
+        raw = sum(t.points for t in nb_tests)
         penalty = (penalties or {}).get((student, nb), 0.0)
         late = (result.lateness or {}).get((student, nb))
-        notebooks[nb] = {
-            "status": outcome.status,
-            "score": _num(max(0.0, raw - penalty)),
-            "raw_score": _num(raw),
-            "late_penalty": _num(penalty),
-            "late": dataclasses.asdict(late) if late else None,
-            "max_score": _num(sum(t["max_points"] for t in nb_tests)),
-            "seconds": outcome.seconds,
-            "timings": outcome.timings,
-            "notes": outcome.notes,
-            "feedback": outcome.feedback,
-        }
-    return {
-        "student": student,
-        "assignment": ASSIGNMENT,
-        "score": _num(sum(n["score"] for n in notebooks.values())),
-        "raw_score": _num(sum(t["points"] for t in tests)),
-        "late_penalty": _num(sum(n["late_penalty"] for n in notebooks.values())),
-        "max_score": _num(sum(t["max_points"] for t in tests)),
-        "graded": all(result.outcomes[(student, nb)].status != "error" for nb in result.notebooks),
-        "notes": result.student_notes.get(student, []),
-        "notebooks": notebooks,
-        "tests": tests,
-    }
+        notebooks[nb] = NotebookRecord(
+            status=outcome.status, score=_num(max(0.0, raw - penalty)), raw_score=_num(raw),
+            late_penalty=_num(penalty), late=dataclasses.asdict(late) if late else None,
+            max_score=_num(sum(t.max_points for t in nb_tests)), seconds=outcome.seconds, timings=outcome.timings,
+            notes=outcome.notes, feedback=outcome.feedback)
+    return StudentRecord(
+        student=student, assignment=ASSIGNMENT, score=_num(sum(n.score for n in notebooks.values())),
+        raw_score=_num(sum(t.points for t in tests)),
+        late_penalty=_num(sum(n.late_penalty for n in notebooks.values())),
+        max_score=_num(sum(t.max_points for t in tests)),
+        graded=all(result.outcomes[(student, nb)].status != "error" for nb in result.notebooks),
+        notes=result.student_notes.get(student, []), notebooks=notebooks, tests=tests)
+
+
+def _test(nb: str, name: str, max_points: float, manual: bool, cell, hand: float | None, reason: str) -> TestRecord:
+    """One graded test of the record: the cell's verdict (a score given by hand replaces it; a cell that was not
+    graded gets one saying why)."""
+    kind = "manual" if manual else "auto"
+    if hand is not None:
+        verdict = Verdict(grade_id=name, passed=hand >= max_points, points=hand, max_points=max_points, by=BY_HAND,
+                          message=f"graded by hand: {hand:g} / {max_points:g}",
+                          concept=cell.verdict.concept if cell else "")
+        return TestRecord.of(nb, _rounded(verdict), kind, verdict.passed)
+    if cell is None:
+        verdict = Verdict(grade_id=name, passed=False, judged=False, max_points=max_points, message=reason,
+                          by=BY_HAND if manual else BY_NOTEBOOK)
+        return TestRecord.of(nb, _rounded(verdict), kind, False)
+    verdict = dataclasses.replace(cell.verdict, max_points=max_points)
+    if manual:
+        to_grade = cell.needs_manual_grade
+        verdict = dataclasses.replace(verdict, message="written answer: to be graded by hand" if to_grade else
+                                      "no answer written", judged=not to_grade, by=BY_HAND if to_grade else BY_NOTEBOOK)
+        return TestRecord.of(nb, _rounded(verdict), kind, None if to_grade else verdict.passed)
+    return TestRecord.of(nb, _rounded(verdict), kind, verdict.passed)
+
+
+def _rounded(verdict: Verdict) -> Verdict:
+    return dataclasses.replace(verdict, points=_num(verdict.points), max_points=_num(verdict.max_points))
 
 
 # A check's verdict is one long line (what went wrong, then the fix): wrapped between words (Bootstrap breaks
@@ -122,24 +114,24 @@ def late_line(path: Path, late: Lateness | None, penalty: float) -> None:
         write_atomically(path, page.encode("utf-8"))
 
 
-def grade_rows(rows: list[dict], lateness: dict | None) -> tuple[tuple[str, ...], list[dict]]:
+def grade_rows(rows: list[NotebookGrade], lateness: dict | None) -> tuple[tuple[str, ...], list[dict]]:
     """grades.csv's columns and rows: the late columns only when the course has deadlines."""
-    if lateness is None:
-        return CSV_FIELDS, [{k: _num(r[k]) if k.endswith("score") else r[k] for k in CSV_FIELDS} for r in rows]
-    out = []
+    table = []
     for r in rows:
-        late = lateness.get((r["student"], r["notebook"]))
-        out.append({**{k: _num(r[k]) if k.endswith("score") else r[k] for k in CSV_FIELDS},
-                    "raw_score": _num(r["raw_score"]), "late_penalty": _num(r["late_penalty"]),
-                    "hours_late": late.hours_late if late else "", "submitted": late.submitted if late else "",
-                    "time_source": late.source if late else ""})
-    return CSV_FIELDS + LATE_FIELDS, out
+        row = {"student": r.student, "notebook": r.notebook, "score": _num(r.score), "max_score": _num(r.max_score)}
+        if lateness is not None:
+            late = lateness.get((r.student, r.notebook))
+            row.update(raw_score=_num(r.raw_score), late_penalty=_num(r.late_penalty),
+                       hours_late=late.hours_late if late else "", submitted=late.submitted if late else "",
+                       time_source=late.source if late else "")
+        table.append(row)
+    return (CSV_FIELDS if lateness is None else CSV_FIELDS + LATE_FIELDS), table
 
 
 def write_all(result, db_url: str) -> None:
     out = result.out
     rows, test_max, by_hand = read_rows(db_url, result.students, result.notebooks)
-    penalties = {(r["student"], r["notebook"]): r["late_penalty"] for r in rows}
+    penalties = {(r.student, r.notebook): r.late_penalty for r in rows}
     for outcome in result.outcomes.values():
         if outcome.feedback and Path(outcome.feedback).is_relative_to(out) and Path(outcome.feedback).exists():
             style_feedback(Path(outcome.feedback))
@@ -149,7 +141,7 @@ def write_all(result, db_url: str) -> None:
     write_csv(out / "grades.csv", fields, table)  # formulas neutralised; a reader never sees half a file
     records = [student_record(result, s, test_max, by_hand, penalties) for s in result.students]
     for rec in records:
-        write_atomically(out / f"{rec['student']}.json", (json.dumps(rec, indent=1) + "\n").encode())
+        write_atomically(out / f"{rec.student}.json", rec.to_json().encode())
     write_summary(out, records, test_max, result)
 
 

@@ -4,7 +4,6 @@ notes), the same as summary.html (rendered by :func:`autograder.course.sanitize.
 from __future__ import annotations
 
 import io
-import re
 import statistics
 from collections import Counter
 from datetime import datetime, timezone
@@ -17,14 +16,17 @@ from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
 from autograder.untrusted import md_code
 
+from labutils.verdict import BY_HAND
+
 from .journal import kill_point
+from .record import StudentRecord, TestRecord
 
 
 SUMMARY_HTML = "summary.html"  # summary.md rendered safely: students' text in it is shown, never run
 
 
-def write_summary(out: Path, records: list[dict], test_max: dict, result) -> None:
-    totals = [r["score"] for r in records]
+def write_summary(out: Path, records: list[StudentRecord], test_max: dict, result) -> None:
+    totals = [r.score for r in records]
     max_total = sum(m for m, _ in test_max.values())
     auto_total = sum(m for m, manual in test_max.values() if not manual)
     n = len(records)
@@ -50,23 +52,24 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
             "",
         ]
     lines += ["## Tests", "",
-              "Failures count the students who handed the notebook in; the message is the most common first line of "
-              "their failures. Written answers are graded by hand in the gradebook (0 in grades.csv until then).", "",
+              "Failures count the students who handed the notebook in; the message is that of their most common "
+              "cause (the checks that cost the points, or the test to fix first). Written answers are graded by hand "
+              "in the gradebook (0 in grades.csv until then).", "",
               "| notebook | test | points | failed | not handed in | most common message |",
               "|---|---|---:|---:|---:|---|"]
     failures, failed_by_test, concepts = {}, {}, []
     for (nb, name), (max_points, manual) in sorted(test_max.items(), key=lambda kv: kv[1][1]):
-        handed_in = [r for r in records if r["notebooks"][nb]["status"] not in ("missing", "unreadable")]
+        handed_in = [r for r in records if r.notebooks[nb].handed_in]
         absent = n - len(handed_in)
-        tests = [t for r in handed_in for t in r["tests"] if t["notebook"] == nb and t["name"] == name]
+        tests = [t for r in handed_in for t in r.tests if t.notebook == nb and t.name == name]
         if manual:
-            answered = sum(1 for t in tests if t["passed"] is None)
-            graded = sum(1 for t in tests if t["message"].startswith("graded by hand"))
+            answered = sum(1 for t in tests if t.passed is None)
+            graded = sum(1 for t in tests if t.by == BY_HAND and t.judged)  # a person gave its score
             lines.append(f"| {nb} | {name} (written) | {max_points:g} | | {absent} | "
                          f"{answered} answer(s) to grade by hand, {graded} graded, "
                          f"{len(tests) - answered - graded} left blank |")
             continue
-        failed = failed_by_test[(nb, name)] = [t for t in tests if t["passed"] is False]
+        failed = failed_by_test[(nb, name)] = [t for t in tests if t.passed is False]
         failures[(nb, name)] = len(failed) + absent
         message = _most_common(failed)
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
@@ -76,8 +79,8 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
         if title:
             concepts.append((nb, title, len(students), _most_common(failed_by_test.get((nb, name), []))))
     lines += _concepts_missed(concepts)
-    noted = [(r["student"], r["notes"] + [f"{nb}: {x}" for nb, v in r["notebooks"].items() for x in v["notes"]
-                                          if v["status"] != "missing"]) for r in records]
+    noted = [(r.student, r.notes + [f"{nb}: {x}" for nb, v in r.notebooks.items() for x in v.notes
+                                    if v.status != "missing"]) for r in records]
     noted = [(s, notes) for s, notes in noted if notes]
     if noted:
         lines += ["", "## Notes", ""]
@@ -91,33 +94,29 @@ def write_summary(out: Path, records: list[dict], test_max: dict, result) -> Non
     _plot(out / "summary.png", totals, max_total, failures, n)
 
 
-_FIX_FIRST = re.compile(r"not judged.*?Fix (test_\w+)", re.S)
-
-
-def root_cause(test: dict) -> str:
-    """The graded test whose mistake cost ``test``'s points: its own name, or for a test that was not judged the
-    first test its message says to fix first (counted there in the class summary, not under its own concept)."""
-    found = _FIX_FIRST.search(test.get("message") or "")
-    return found.group(1) if found else test["name"]
-
-
-def _missed_by_root_cause(records: list[dict]) -> dict[tuple[str, str], set[str]]:
+def _missed_by_root_cause(records: list[StudentRecord]) -> dict[tuple[str, str], set[str]]:
     """(notebook, graded test) -> the students who lost points because of it (their own failure, or a test of
-    theirs it left unjudged)."""
+    theirs it left unjudged: the verdict's ``blocked_by``)."""
     missed: dict[tuple[str, str], set[str]] = {}
     for r in records:
-        for t in r["tests"]:
-            handed_in = r["notebooks"][t["notebook"]]["status"] not in ("missing", "unreadable")
-            if handed_in and t["passed"] is False and t.get("kind") == "auto":
-                missed.setdefault((t["notebook"], root_cause(t)), set()).add(r["student"])
+        for t in r.tests:
+            if r.notebooks[t.notebook].handed_in and t.passed is False and t.kind == "auto":
+                missed.setdefault((t.notebook, t.root_cause), set()).add(r.student)
     return missed
 
 
-def _most_common(failed: list[dict]) -> str:
-    """The most common first line of the ``failed`` tests' messages, as a table cell: it quotes the students' code
-    and exceptions, so it is code (:func:`~autograder.untrusted.md_code`), never markdown."""
-    common = Counter(first_line(t["message"]) for t in failed if t["message"]).most_common(1)
-    return f"{md_code(common[0][0], table=True)} ({common[0][1]}x)" if common else ""
+def _most_common(failed: list[TestRecord]) -> str:
+    """The message of the ``failed`` tests' most common cause (their verdicts' blocked_by, else causes: data, not
+    words), with how many share it, as a table cell: it quotes the students' code and exceptions, so it is code
+    (:func:`~autograder.untrusted.md_code`), never markdown."""
+    by_cause: dict[tuple, list[TestRecord]] = {}
+    for t in failed:
+        by_cause.setdefault((tuple(t.blocked_by), tuple(t.causes), t.judged), []).append(t)
+    if not by_cause:
+        return ""
+    common = max(by_cause.values(), key=len)  # the first of the most common: records come in student order
+    message = next((first_line(t.message) for t in common if t.message), "")
+    return f"{md_code(message, table=True)} ({len(common)}x)" if message else f"({len(common)}x)"
 
 
 def _concepts_missed(concepts: list[tuple[str, str, int, str]]) -> list[str]:

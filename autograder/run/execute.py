@@ -3,8 +3,9 @@
 - :class:`SandboxedExecute` replaces nbgrader's ``Execute``: a per-cell and a per-notebook time limit, and a kernel
   that dies (``os._exit``, ``exit()``, the memory limit, a segfault) or will not stop fails the cell it was running
   and every later cell with a clear message instead of aborting the student's whole submission. Unexecuted test
-  cells never count as passed. Then the hidden tests that passed inside the kernel are re-run in a fresh sandboxed
-  process on pristine imports (:mod:`autograder.hidden.recheck`); a failure there is appended to the test cell as an error.
+  cells never count as passed. Then the hidden tests are re-run in a fresh sandboxed process on pristine imports
+  (:mod:`autograder.hidden.recheck`); a failure there of a test that passed inside the kernel is appended to the test
+  cell as an error, and every test's verdict (the judge's, as data) is kept in the task's context for its score.
   Its kernels are forks of the zygote (:mod:`autograder.sandbox.kernels`).
 - The preprocessors that clean a submission before it runs are in :mod:`autograder.course.cells`.
 
@@ -237,8 +238,11 @@ class SandboxedExecute(Execute):
         why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout"
                else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
         for index, outcome in the_plan.outcomes(reply.lines, why):
-            if not outcome.passed:
-                self.nb.cells[index].outputs.append(_error("AssertionError", outcome.message))
+            kept = ctx.verdicts.get(outcome.grade_id)
+            if kept is None or kept.passed:  # a cell's verdict: its first failing check's, else its last one's
+                ctx.verdicts[outcome.grade_id] = outcome.verdict
+            if not outcome.verdict.passed and index not in the_plan.failed_in_kernel:
+                self.nb.cells[index].outputs.append(_error("AssertionError", outcome.verdict.message))
 
     def timeout_cell_limit(self) -> int:
         return int(getattr(self, "_cell_limit", None) or self.timeout or 60)

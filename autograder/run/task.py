@@ -18,6 +18,9 @@ import time
 import traceback
 from pathlib import Path
 
+from labutils import exercises
+from labutils.verdict import BY_HAND, BY_NOTEBOOK, Verdict
+
 from autograder import layout, process
 from autograder.course import display
 from autograder.sandbox import context
@@ -56,7 +59,7 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
             _autograde(course, task.student, run)
             ctx.timings["autograde_s"] = round(time.monotonic() - t0, 2)
         t0 = time.monotonic()
-        result.tests = read_scores(course, task.student, task.notebook)
+        result.tests = read_scores(course, task.student, task.notebook, ctx.verdicts)
         ctx.timings["scores_s"] = round(time.monotonic() - t0, 2)
         result.autograded = str(layout.autograded_notebook(course, task.student, task.notebook))
         result.feedback = _feedback_or_note(course, task, ctx)
@@ -219,8 +222,9 @@ def failure_message(outputs: list) -> str:
     return "\n".join(parts)
 
 
-def read_scores(course: Path, student: str, notebook: str) -> list[CellScore]:
-    """Every graded cell of the notebook in cell order, with its score and (from the outputs) its message."""
+def read_scores(course: Path, student: str, notebook: str, verdicts: dict | None = None) -> list[CellScore]:
+    """Every graded cell of the notebook in cell order: its score, and its verdict (``verdicts``: the recheck's, by
+    grade id; a cell it did not judge gets one from its score and outputs)."""
     import nbformat
     from nbgrader.api import Gradebook
 
@@ -238,15 +242,24 @@ def read_scores(course: Path, student: str, notebook: str) -> list[CellScore]:
         submission = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
         tests = []
         for grade in submission.grades:
-            points = float(grade.score or 0.0)
-            tests.append(CellScore(
-                name=grade.name,
-                kind="manual" if grade.name in written else "auto",
-                points=points,
-                max_points=float(grade.max_score),
-                passed=points >= float(grade.max_score) and not grade.needs_manual_grade,
-                auto_score=grade.auto_score,
-                needs_manual_grade=bool(grade.needs_manual_grade),
-                message=messages.get(grade.name, ""),
-            ))
+            kind = "manual" if grade.name in written else "auto"
+            points, max_points = float(grade.score or 0.0), float(grade.max_score)
+            scored = Verdict(grade_id=grade.name, points=points, max_points=max_points,
+                             passed=points >= max_points and not grade.needs_manual_grade,
+                             message=messages.get(grade.name, ""), concept=exercises.concept(notebook, grade.name) or "",
+                             by=BY_HAND if grade.needs_manual_grade else BY_NOTEBOOK,
+                             judged=not grade.needs_manual_grade)
+            tests.append(CellScore(name=grade.name, kind=kind, auto_score=grade.auto_score,
+                                   needs_manual_grade=bool(grade.needs_manual_grade),
+                                   verdict=cell_verdict(scored, (verdicts or {}).get(grade.name))))
         return in_cell_order(tests, source_nb)
+
+
+def cell_verdict(scored: Verdict, judged: Verdict | None) -> Verdict:
+    """A graded cell's verdict: the judge's (``judged``), with the points nbgrader gave the cell and the text its
+    outputs show the student (``scored``: the same words as the feedback page); the cell's own when no check judged
+    it, or when it failed in the kernel although the judge passed it (the kernel's failure stands)."""
+    if judged is None or judged.passed and not scored.passed:
+        return scored if judged is None else dataclasses.replace(
+            scored, exercise=judged.exercise, property_id=judged.property_id, concept=judged.concept)
+    return dataclasses.replace(judged, points=scored.points, max_points=scored.max_points, message=scored.message)

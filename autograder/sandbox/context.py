@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labutils.verdict import Verdict
+
 from .policy import Policy
 
 
@@ -26,6 +28,7 @@ class TaskContext:
     notes: list[str] = field(default_factory=list)  # for the student's JSON
     timings: dict[str, float] = field(default_factory=dict)
     fatal: str | None = None  # why the grader itself could not grade this notebook
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # grade_id -> the recheck's verdict on that test cell
 
 
 _CURRENT: TaskContext | None = None

@@ -9,7 +9,8 @@ instead of passing (``report.unjudged``). So a property is judged like this:
 - it fails, with the message, when the function could not be judged at all: a wrong signature, a call to the lab's
   own reference, or an exception that no stage explained (``GLOBAL``), or a failure no property owns;
 - it fails as *not judged* (0 points, ✗) when one of its checks saw no evidence or was skipped: the message says
-  what was missing or which mistake to fix first ("not judged: needs order right first");
+  what was missing or which mistake to fix first ("not judged: needs order right first"), and the verdict holds the
+  graded tests to fix first as data (``Verdict.blocked_by``, from ``report.blocked``);
 - it passes only when every one of its checks ran and found the right thing in what the student's run did.
 
 A mistake should still cost only its own property: the stages are built so that as little as possible depends on an
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from .. import exercises
 from .report import CheckReport
+from ..verdict import Verdict, verdict_of
 
 GLOBAL = ("signature", "uses_reference", "exception")  # nothing else could be judged: every property fails
 _MEMO: dict = {}  # in a kernel: exercise id -> (functions, report); the functions are kept so their ids stay unique
@@ -95,8 +97,8 @@ def _seen(fns: tuple) -> tuple:
     return tuple(seen)
 
 
-def judge(exercise_id: str, property_id: str, report: CheckReport) -> tuple[bool, str]:
-    """(passed, message) of one graded property, read from the exercise's report (the rule is in the docstring)."""
+def judge(exercise_id: str, property_id: str, report: CheckReport) -> Verdict:
+    """The :class:`Verdict` of one graded property, read from the exercise's report (the rule is in the docstring)."""
     exercise = exercises.get(exercise_id)
     prop = exercise.property(property_id)
     owned = {c for p in exercise.properties for c in p.checks}
@@ -104,31 +106,37 @@ def judge(exercise_id: str, property_id: str, report: CheckReport) -> tuple[bool
     if not failures:  # a failure no property owns is treated as global: it never goes unpunished
         failures = [f for f in report.failures if f.check in GLOBAL or f.check not in owned]
     if failures:
-        return False, f"✗ {exercise.grade_id(prop.id)}: {prop.title}: no.\n\n" + "\n\n".join(map(str, failures))
+        return _verdict(exercise, prop, False, f"✗ {exercise.grade_id(prop.id)}: {prop.title}: no.\n\n"
+                        + "\n\n".join(map(str, failures)), causes=list(dict.fromkeys(f.check for f in failures)))
     judged_by = [c for c in prop.checks if c in report.checks or c in report.judged or c in report.unjudged]
     unseen = [c for c in judged_by if not report.passed_on_evidence(c)]
     if unseen or not judged_by:
-        return False, _not_judged(exercise, prop, report, unseen)
-    return True, f"✓ {exercise.grade_id(prop.id)}: {prop.title}."
+        return _not_judged(exercise, prop, report, unseen)
+    return _verdict(exercise, prop, True, f"✓ {exercise.grade_id(prop.id)}: {prop.title}.")
 
 
-def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> str:
-    """Why a property earns nothing yet: what its checks could not observe, and which graded test to fix first."""
+def _verdict(exercise, prop, passed: bool, message: str, **data) -> Verdict:
+    return verdict_of(exercise.id, prop.id, passed, message, **data)
+
+
+def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> Verdict:
+    """Why a property earns nothing yet: what its checks could not observe, and which graded tests to fix first (from
+    the report's ``blocked``, else the registry's declared dependencies that failed)."""
     reasons = [f"{c}: {report.unjudged.get(c, 'nothing it needs was observed')}" for c in unseen] or \
         ["the check observed nothing this property needs"]
-    roots = [r for c in unseen for r in report.unjudged.get(c, "").removeprefix("needs ").removesuffix(
-        " right first").split(", ") if c in report.skipped]
+    roots = [r for c in unseen for r in report.blocked.get(c, ())]
     first = list(dict.fromkeys(exercise.grade_id(p.id) for r in roots for p in exercise.owner(r)
                                if p.id != prop.id))
     if not first:  # nothing in the report names it: the registry's declared dependencies that failed
         first = [exercise.grade_id(n) for n in exercises.needs(exercise.id, prop.id)
-                 if not judge(exercise.id, n, report)[0]]
+                 if not judge(exercise.id, n, report).passed]
     fix = f" Fix {', '.join(first)} first; then this is checked too." if first else ""
-    return (f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: " + "; ".join(reasons) + "." + fix)
+    return _verdict(exercise, prop, False, f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: "
+                    + "; ".join(reasons) + "." + fix, judged=False, blocked_by=first, causes=unseen)
 
 
-def verdicts(exercise_id: str, report: CheckReport) -> dict[str, tuple[bool, str]]:
-    """Every property of the exercise: property id -> (passed, message)."""
+def verdicts(exercise_id: str, report: CheckReport) -> dict[str, Verdict]:
+    """Every property of the exercise: property id -> its :class:`Verdict`."""
     return {p.id: judge(exercise_id, p.id, report) for p in exercises.get(exercise_id).properties}
 
 
@@ -142,13 +150,13 @@ def assert_property(exercise_id: str, property_id: str, *fns) -> None:
     exercises.get(exercise_id).property(property_id)  # an unknown property fails loudly
     report = report_for(exercise_id, fns)
     try:
-        passed, message = judge(exercise_id, property_id, report)
+        verdict = judge(exercise_id, property_id, report)
     except Exception as exc:  # not a CheckReport: the notebook replaced labutils.checks
         if exercises.graded_outside():
             print("judged by the grader outside this notebook")  # on pristine modules: the patch gains nothing
             return
         raise AssertionError(f"the check returned {type(report).__name__}, not a CheckReport ({exc}): was "
                              "labutils.checks replaced in this notebook? Restart the kernel and run all.") from None
-    if not passed:
-        raise AssertionError(message)
-    print(message)
+    if not verdict.passed:
+        raise AssertionError(verdict.message)  # the student's text; the grader judges again outside the kernel
+    print(verdict.message)

@@ -38,14 +38,23 @@ class Failure:
 
 class NotJudged(str):
     """What a check returns when the run gave it nothing to judge (no step, no forward, no file): the reason, for the
-    student. It is not a pass: a property earns its points only on evidence its check saw (``CheckReport.judged``)."""
+    student. It is not a pass: a property earns its points only on evidence its check saw (``CheckReport.judged``).
+    ``needs``: the checks whose mistake left it nothing to judge, as data (the words are only for the student)."""
+
+    needs: tuple[str, ...] = ()
+
+    def __new__(cls, reason: str = "", needs=()):
+        self = super().__new__(cls, reason)
+        self.needs = tuple(needs)
+        return self
 
 
 @dataclass
 class CheckReport:
     """The verdict on one graded function. ``passed``, ``failures``, the ``trace`` of the (main) run, the checks
-    that were ``skipped`` because one they depend on failed, the checks that saw evidence and found it right
-    (``judged``), and why each other check was not judged (``unjudged``: check -> reason)."""
+    that were ``skipped`` because one they depend on failed, the root checks behind each of those (``blocked``: check ->
+    the checks to fix first, as data), the checks that saw evidence and found it right (``judged``), and why each
+    other check was not judged (``unjudged``: check -> reason, words for the student)."""
 
     name: str
     checks: list[str] = field(default_factory=list)
@@ -54,6 +63,7 @@ class CheckReport:
     skipped: list[str] = field(default_factory=list)
     judged: list[str] = field(default_factory=list)
     unjudged: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -65,6 +75,8 @@ class CheckReport:
         if isinstance(failures, str) or failures is None:
             if check not in self.judged:  # evidence from an earlier run of the same check still stands
                 self.unjudged.setdefault(check, failures or "nothing it needs was observed")
+                if getattr(failures, "needs", ()):
+                    self.blocked.setdefault(check, list(failures.needs))
             return False
         if failures:
             self.failures += failures
@@ -101,7 +113,7 @@ class CheckReport:
 
 def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
     """Run ``(name, fn, deps)`` stages in order; a stage whose dependency failed (or could not be judged) is skipped,
-    and not judged: its reason names the root stages to fix first.
+    and not judged: the root stages to fix first are kept in ``report.blocked`` (its reason names them, for people).
 
     ``fn(ctx)`` returns a list of failures ([] = passed on what it saw) or a :class:`NotJudged` reason (None: no
     reason given) when the run gave it nothing to judge.
@@ -114,7 +126,7 @@ def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
         if behind:
             roots[name] = behind
             report.skipped.append(name)
-            report.judge(name, NotJudged(f"needs {', '.join(behind)} right first"))
+            report.judge(name, NotJudged(f"needs {', '.join(behind)} right first", needs=behind))
             continue
         if not report.judge(name, fn(ctx)) and not report.passed_on_evidence(name):
             roots[name] = [name]  # a mistake it found that another property owns does not block what follows

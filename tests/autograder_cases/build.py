@@ -116,7 +116,7 @@ def variant_fails(tests: list[Test], notebook: str, function: str, variant) -> d
 
     verdicts = properties.verdicts(variant.exercise, mutants.run_check(variant))
     exercise = exercises.get(variant.exercise)
-    failing = {exercise.grade_id(p) for p, (passed, _) in verdicts.items() if not passed}
+    failing = {exercise.grade_id(p) for p, v in verdicts.items() if not v.passed}
     keys = {(notebook, t.name) for t in tests_for(tests, notebook, function) if t.name in failing}
     own = failing_tests(tests, notebook, function, variant.expected_check)
     return {"failing": keys, "messages": {key: variant.expected_message for key in own}}

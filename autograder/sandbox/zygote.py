@@ -64,6 +64,22 @@ PRELOAD = [
 ]
 
 
+def _import_or_forget(name: str) -> bool:
+    """Import ``name``; when that fails, forget every module the failed import added, so that no kernel forked from
+    here inherits a half-initialised one. (A failed import leaves its submodules in sys.modules holding the package
+    it aborted: a kernel of the resume-on-Dask test failed with "partially initialized module 'torch._inductor' has
+    no attribute 'custom_graph_pass'".) A broken optional import must not stop grading; the kernel reports it."""
+    before = set(sys.modules)
+    try:
+        importlib.import_module(name)
+        return True
+    except Exception as exc:
+        for added in set(sys.modules) - before:
+            del sys.modules[added]
+        print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
+        return False
+
+
 def preload() -> list[str]:
     """Import everything a notebook is likely to, and decode the data, without starting any thread pool."""
     import torch
@@ -72,11 +88,8 @@ def preload() -> list[str]:
     torch.set_num_threads(1)  # GNU OpenMP is not fork-safe once its pool exists: never start it here
     loaded = []
     for name in PRELOAD + student_modules():
-        try:
-            importlib.import_module(name)
+        if _import_or_forget(name) or _import_or_forget(name):  # once more: a failure may be passing (a timeout)
             loaded.append(name)
-        except Exception as exc:  # a broken optional import must not stop grading; the kernel will report it
-            print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
     try:
         from labutils import data
 

@@ -42,8 +42,8 @@ def student_modules() -> list[str]:
     return student_module_names()
 
 
-# torchvision is not preloaded: the lab's data is read by labutils.data without it (importing torchvision.datasets
-# cost each grading run 1.7 s of CPU); a notebook that imports it pays that in its own kernel.
+# torchvision is not preloaded: the lab's data is read by labutils.data without it, and no notebook imports it (a
+# grading run spent 1-1.5 s of CPU on it); a notebook that does pays that in its own kernel.
 PRELOAD = [
     "numpy",
     "torch",
@@ -53,7 +53,6 @@ PRELOAD = [
     "torch.optim.lr_scheduler",
     "torch.amp",
     "torch.utils.data",
-    "torchvision",
     "matplotlib",
     "tqdm",
     "tqdm.auto",

@@ -71,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def tiny_class(tmp_path_factory, worker_id):
+def tiny_class(tmp_path_factory, request):
     """The browser tests' tiny class (tests/browser/grading.py), graded by ``python -m autograder grade`` once per
     test run: under xdist the first worker to ask grades it into the run's shared temp folder (a file lock keeps the
     others waiting) and every worker reads that one course. Tests that change the course change a copy (copy_of)."""
@@ -79,7 +79,7 @@ def tiny_class(tmp_path_factory, worker_id):
         from browser.grading import shared_class
     except ImportError:
         from tests.browser.grading import shared_class
-    if worker_id == "master":  # no xdist: this session's own folder
+    if not hasattr(request.config, "workerinput"):  # not an xdist worker: this session's own folder
         return shared_class(tmp_path_factory.mktemp("tiny-class") / "class")
     return shared_class(tmp_path_factory.getbasetemp().parent / "tiny-class")
 

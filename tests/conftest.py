@@ -39,7 +39,23 @@ def _notebooks(value) -> set[str]:
     return set()
 
 
+# The modules that take longest, run first: `--dist loadfile` hands modules to xdist workers in collection order, so one
+# of these started last would run alone at the end. Seconds of each module alone on a loaded 2-core machine (wall,
+# 2026-11-26): dask 517, resume 429, autograder 345, confinement_class 322, doors 171, checks 68; the notebooks and
+# the browser tests (which share one graded class with test_grade_course) several minutes each. A module not listed
+# keeps its place after them.
+LONGEST_FIRST = ("test_grade_dask.py", "test_grade_resume.py", "test_notebooks.py", "test_autograder.py",
+                 "test_confinement_class.py", "test_doors.py", "test_student_lab.py", "test_formgrader.py",
+                 "test_hostile.py", "test_feedback.py", "test_grade_course.py", "test_checks.py")
+
+
+def _longest_first(items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's own order is kept
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     no_gpu = _no_gpu_reason(items)
     for item in items:
         if no_gpu and item.get_closest_marker("cuda"):
@@ -52,6 +68,17 @@ def pytest_collection_modifyitems(config, items):
             names |= _notebooks(value)
         for notebook in sorted(names):
             item.add_marker(exercises.lab_marker(notebook))
+
+
+@pytest.fixture(scope="session")
+def tiny_class(tmp_path_factory, request):
+    """The browser tests' tiny class (tests/browser/grading.py), graded by ``python -m autograder grade`` once per
+    test run: under xdist the first worker to ask grades it into the run's shared temp folder (a file lock keeps the
+    others waiting) and every worker reads that one course. Tests that change the course change a copy (copy_of)."""
+    from browser.grading import shared_class
+    if not hasattr(request.config, "workerinput"):  # not an xdist worker: this session's own folder
+        return shared_class(tmp_path_factory.mktemp("tiny-class") / "class")
+    return shared_class(tmp_path_factory.getbasetemp().parent / "tiny-class")
 
 
 def _no_gpu_reason(items) -> str | None:

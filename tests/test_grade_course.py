@@ -2,9 +2,9 @@
 own API lists every submission with its autograded score, a written answer scored by hand the way formgrader saves it
 is in ``python -m autograder export``, and grading the class again (a late submission came in) keeps that score.
 
-The class is the browser tests' tiny one (tests/browser/grading.py): alice correct, bob with the zero_grad bug, dan
-the release's stubs; their autograded points are read from what grade reported (the lab's tests and points change
-with the lab).
+The class is the browser tests' tiny one, graded once per test run (tests/conftest.py: tiny_class): alice correct,
+bob with the zero_grad bug, dan the release's stubs, mallory the attacker; their autograded points are read from what
+grade reported (the lab's tests and points change with the lab).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from browser.grading import ANSWER_ID, NOTEBOOK, REPO, grade, grade_class, submission
+from browser.grading import ANSWER_ID, NOTEBOOK, REPO, SESSION_CLASS, copy_of, grade, submission
 
 ASSIGNMENT = "loop_lab"
 MANUAL_POINTS = 1.0  # bob's written answer, scored by hand
@@ -63,10 +63,10 @@ def needs_manual_grade(course: Path, student: str) -> bool:
 
 
 @pytest.mark.slow
-def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tmp_path):
-    graded = grade_class(tmp_path / "class")
+def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tiny_class, tmp_path):
+    graded = copy_of(tiny_class, tmp_path / "class")  # the session's class: this test changes its own copy
     course = graded.out
-    autograded = {s: graded.autograded(s)[0] for s in ("alice", "bob", "dan")}  # the graders' scores
+    autograded = {s: graded.autograded(s)[0] for s in SESSION_CLASS}  # the graders' scores
     assert autograded["alice"] == graded.autograded("alice")[1] > autograded["bob"]  # bob's zero_grad bug costs
     assert autograded["dan"] == 0  # the release handed in as it is
     for path in ("nbgrader_config.py", "gradebook.db", f"source/{ASSIGNMENT}/{NOTEBOOK}.ipynb",

@@ -14,12 +14,8 @@ from autograder.course import handout
 from labutils import exercises
 from labutils.checks import check_checkpoint, properties
 
-try:
-    import mutants
-    from stubs import do_nothing as stubs
-except ImportError:  # tests/ imported as a package
-    from tests import mutants
-    from tests.stubs import do_nothing as stubs
+import mutants
+from stubs import do_nothing as stubs
 
 CHECKPOINT = exercises.get("checkpoint")
 SAVE, LOAD = CHECKPOINT.functions

@@ -18,10 +18,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from browser.grading import NOTEBOOK, REPO, grade, write_submissions
-except ImportError:
-    from tests.browser.grading import NOTEBOOK, REPO, grade, write_submissions
+from browser.grading import NOTEBOOK, REPO, grade, write_submissions
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
 STUDENTS = ("bob", "dan")

@@ -98,9 +98,7 @@ def handout(built_handout, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def graded_class(tmp_path_factory):
+def graded_class(tiny_class):
     """The tiny class (alice correct, bob with a zero_grad bug, dan the stubs, mallory the attacker) graded once by
-    ``python -m autograder grade``."""
-    from .grading import HOSTILE, STUDENTS, grade_class
-
-    return grade_class(tmp_path_factory.mktemp("class"), (*STUDENTS, HOSTILE))
+    ``python -m autograder grade`` (tests/conftest.py): tests that change the course change a copy of it."""
+    return tiny_class

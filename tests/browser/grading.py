@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -98,13 +99,35 @@ def grade(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProc
                            *extra], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
-def grade_class(tmp: Path, students=tuple(STUDENTS)) -> GradedClass:
-    submissions = write_submissions(tmp / "submissions", students)
-    out = tmp / "out"
-    proc = grade(submissions, out)
+def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
+    """The graded class (submissions and OUT, the course) copied to ``dest``: a test that changes the course (a
+    score given by hand, a late submission) changes its own copy (nbgrader_config.py names the folder it sits in)."""
+    shutil.copytree(graded.submissions, dest / "submissions")
+    shutil.copytree(graded.out, dest / "out")
+    return GradedClass(dest / "submissions", dest / "out", graded.proc)
+
+
+SESSION_CLASS = (*STUDENTS, HOSTILE)  # the class graded once per test session (tests/conftest.py: tiny_class)
+
+
+def shared_class(folder: Path, students=SESSION_CLASS) -> GradedClass:
+    """The class graded into ``folder`` once: the first caller (an xdist worker, holding the lock) grades it, the
+    others read what it left. A failed grading is kept too, so every caller fails with the same stderr."""
+    from filelock import FileLock
+
+    done = folder / "graded.json"
+    with FileLock(str(folder) + ".lock"):
+        if not done.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            submissions = write_submissions(folder / "submissions", students)
+            proc = grade(submissions, folder / "out")
+            done.write_text(json.dumps({"args": [str(a) for a in proc.args], "returncode": proc.returncode,
+                                        "stdout": proc.stdout, "stderr": proc.stderr}))
+    saved = json.loads(done.read_text())
+    proc = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
     if proc.returncode != 0:
         raise RuntimeError(f"grading the tiny class failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return GradedClass(submissions, out, proc)
+    return GradedClass(folder / "submissions", folder / "out", proc)
 
 
 def hidden_test_lines(notebook: str = NOTEBOOK) -> list[str]:

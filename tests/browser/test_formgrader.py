@@ -10,7 +10,6 @@ other tests' class is left as it was.
 from __future__ import annotations
 
 import csv
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from autograder.course.formgrader import SERVER_ARGS
 
 from .conftest import ENABLE
-from .grading import ANSWER_ID, NOTEBOOK, REPO, GradedClass, grade, submission
+from .grading import ANSWER_ID, NOTEBOOK, REPO, copy_of, grade, submission
 
 pytest.importorskip("playwright.sync_api", reason=ENABLE)
 
@@ -32,13 +31,6 @@ from . import labpage  # noqa: E402
 ASSIGNMENT = "loop_lab"
 STUDENT = "bob"  # his written answer is weak: 1 of 2 points
 MANUAL_POINTS = 1.0
-
-
-def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
-    """The graded class (submissions and OUT, the course) copied to ``dest``."""
-    shutil.copytree(graded.submissions, dest / "submissions")
-    shutil.copytree(graded.out, dest / "out")
-    return GradedClass(dest / "submissions", dest / "out", graded.proc)
 
 
 def export(course: Path, dest: Path) -> dict[str, float]:

@@ -20,7 +20,7 @@ import pytest
 from autograder.course.formgrader import SERVER_ARGS
 
 from .conftest import ENABLE
-from .grading import HOSTILE, NOTEBOOK
+from .grading import HOSTILE, NOTEBOOK, copy_of
 from .hostile import ANSWER_TEXT, MARK
 
 pytest.importorskip("playwright.sync_api", reason=ENABLE)
@@ -28,7 +28,7 @@ pytest.importorskip("playwright.sync_api", reason=ENABLE)
 from playwright.sync_api import expect  # noqa: E402
 
 from . import labpage  # noqa: E402
-from .test_formgrader import copy_of, open_submission  # noqa: E402
+from .test_formgrader import open_submission  # noqa: E402
 
 LOCAL = {"127.0.0.1", "localhost", "", None}  # None: file://
 PAGE_MS = 60_000  # formgrader renders a submission on the server: slow on a loaded 2-core machine

@@ -25,6 +25,7 @@ from autograder.layout import REFERENCE_PACKAGE
 from autograder.course.submissions import SubmissionsError, check_notebook, discover
 from labutils import exercises
 
+import mutants
 from autograder_cases import build, toy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -304,7 +305,6 @@ def test_snapshot_restores_and_reports_monkeypatching():
 
 @needs_solutions
 def test_hidden_verify_in_a_notebook_namespace():
-    mutants = build._mutants()
     variants = {v.name: v for v in mutants.VARIANTS}
     namespace = {"train_one_epoch": variants["baseline_canonical"].function}
     gradient = ("01_baseline", "train_one_epoch", "gradient")
@@ -340,7 +340,6 @@ def test_the_file_time_mutant_is_caught_through_the_grader(tmp_path):
     """Issue 31: lab 7's "newest checkpoint by file time" mistake is caught where the grader judges it (the observer in
     the sandbox, the judge outside it), not only in the notebook: the check makes an older checkpoint the newest file
     between the crash and the resume, and the judge sees the resumed run start after that one."""
-    mutants = build._mutants()
     variant = next(v for v in mutants.VARIANTS if v.name == "resume_latest_by_file_time")
     solution = nbformat.read(SOLUTIONS / "07_crash_resume.ipynb", as_version=4)
     folder = tmp_path / "submissions" / "file-time"

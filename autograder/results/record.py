@@ -9,7 +9,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from labutils.verdict import Verdict
+from labutils.verdict import BY_CHECK, Verdict
 
 
 @dataclass
@@ -41,7 +41,7 @@ class TestRecord:
     blocked_by: list[str] = field(default_factory=list)  # the graded tests to fix first
     causes: list[str] = field(default_factory=list)  # the check ids that cost its points
     concept: str = ""  # the registry's, "" for a test it does not define
-    by: str = "check"  # check | notebook | hand
+    by: str = BY_CHECK  # check | notebook | hand
 
     @classmethod
     def of(cls, notebook: str, verdict: Verdict, kind: str, passed: bool | None) -> TestRecord:

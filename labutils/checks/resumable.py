@@ -371,7 +371,7 @@ def _rs_exact(c: ResumeCtx):
         return NotJudged("the run after the crash took no optimizer step")
     if first is None:
         return NotJudged("needs resume_step right first: the run after the crash did not continue from a checkpoint "
-                         "on disk")
+                         "on disk", needs=("resume_step",))
     other = _other_batches(c, first)
     if other is not None:
         return NotJudged(f"after resuming, step {other} trained on another batch than the run that never stopped, so "

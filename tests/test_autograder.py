@@ -159,9 +159,15 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     source.mkdir()
     nbformat.write(toy_notebook("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"),
                    source / "00_toy.ipynb")
-    for name, cells in {"slow": ("import time\ntime.sleep(2.5)",) * 3, "quick": ()}.items():
+    students = {"slow": ("    return a + b\n", ("import time\ntime.sleep(2.5)",) * 3),
+                "quick": ("    return a + b\n", ()),
+                # the spinning cells the class's never-ending students do not spin (tests/autograder_cases/build.py)
+                "spins": ("    while True:\n        pass\n", ()),
+                "spins-ignoring-interrupt": ("    import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                             "    while True:\n        pass\n", ())}
+    for name, (body, cells) in students.items():
         (tmp_path / "subs" / name).mkdir(parents=True)
-        nbformat.write(toy_notebook("    return a + b\n", cells), tmp_path / "subs" / name / "00_toy.ipynb")
+        nbformat.write(toy_notebook(body, cells), tmp_path / "subs" / name / "00_toy.ipynb")
     db = tmp_path / "elsewhere" / "book.db"
     db.parent.mkdir()
     proc = run_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source, "--db",
@@ -170,14 +176,16 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{db}") as gb:  # any SQLAlchemy URL: the gradebook went where --db said
-        assert sorted(s.id for s in gb.students) == ["quick", "slow"]
+        assert sorted(s.id for s in gb.students) == sorted(students)
         assert gb.find_submission("loop_lab", "quick").score == 1
     assert build.read_csv(tmp_path / "out" / "grades.csv") == [
-        {"student": "quick", "notebook": "00_toy", "score": "1", "max_score": "1"},
-        {"student": "slow", "notebook": "00_toy", "score": "0", "max_score": "1"},
-    ]
+        {"student": name, "notebook": "00_toy", "score": "1" if name == "quick" else "0", "max_score": "1"}
+        for name in sorted(students)]
     slow = build.read_json(tmp_path / "out" / "slow.json")
     assert "6 s time limit" in slow["tests"][0]["message"]
+    for name, how in (("spins", "was interrupted"), ("spins-ignoring-interrupt", "did not stop when interrupted")):
+        assert f"ran past its 4 s limit and {how}" in build.read_json(tmp_path / "out" / f"{name}.json")["tests"][0][
+            "message"], name
     assert "kernels warm" in proc.stderr and "slowest" in proc.stderr  # progress is shown
     # one student's single notebook, given by a relative path
     single = os.path.relpath(tmp_path / "subs" / "quick" / "00_toy.ipynb", REPO)
@@ -335,21 +343,17 @@ def test_feedback_scrub_keeps_the_message_only():
     assert cell.outputs[0]["traceback"] == ["AssertionError: the step is wrong"]
 
 
+@pytest.mark.slow
 @needs_solutions
-def test_the_file_time_mutant_is_caught_through_the_grader(tmp_path):
+def test_the_file_time_mutant_is_caught_through_the_grader(graded_class):
     """Issue 31: lab 7's "newest checkpoint by file time" mistake is caught where the grader judges it (the observer in
     the sandbox, the judge outside it), not only in the notebook: the check makes an older checkpoint the newest file
-    between the crash and the resume, and the judge sees the resumed run start after that one."""
+    between the crash and the resume, and the judge sees the resumed run start after that one. The class graded above
+    holds that mutant as a student of its own."""
     variant = next(v for v in mutants.VARIANTS if v.name == "resume_latest_by_file_time")
-    solution = nbformat.read(SOLUTIONS / "07_crash_resume.ipynb", as_version=4)
-    folder = tmp_path / "submissions" / "file-time"
-    folder.mkdir(parents=True)
-    nbformat.write(build.with_function(solution, mutants.CONTRACT_NAMES["resume"], mutants.source(variant),
-                                       mutants.IMPORTS), folder / "07_crash_resume.ipynb")
-    proc = run_cli("grade", tmp_path / "submissions", "--out", tmp_path / "out", "-j", 1, "--timeout-cell", 60,
-                   "--timeout-notebook", 300, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    record = build.read_json(tmp_path / "out" / "file-time.json")
+    student = next(st for st in graded_class["students"] if st.case == f"corpus mutant {variant.name}")
+    assert graded_class["proc"].returncode == 0, graded_class["proc"].stderr[-4000:]
+    record = build.read_json(graded_class["out"] / f"{student.name}.json")
     tests = {t["name"]: t for t in record["tests"] if t["notebook"] == "07_crash_resume" and t["kind"] != "manual"}
     assert {name for name, t in tests.items() if not t["passed"]} == {"test_train_resumable_resumes"}, tests
     assert variant.expected_message in tests["test_train_resumable_resumes"]["message"]

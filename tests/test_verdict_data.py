@@ -1,11 +1,12 @@
 """A verdict is data from the check to every page that shows it (issue 32): rewording every message a check writes
 changes nothing but words, and every writer reads the typed student record.
 
-The class is the browser tests' tiny one (tests/browser/grading.py), lab 1 only: ``bob`` calls ``zero_grad()``
-between ``backward()`` and ``step()`` (his gradient test is "not judged" until his steps are right: the class
-summary counts it under the steps), ``dan`` hands in the release's stubs. It is graded twice: as it is, and with
-:data:`REWORD` on the grader's path, which replaces the text of every Failure, every NotJudged reason and every
-verdict with gibberish, a new one each time (so no two messages are ever equal).
+The class is the browser tests' tiny one (tests/browser/grading.py, graded once per test session), lab 1 only:
+``bob`` calls ``zero_grad()`` between ``backward()`` and ``step()`` (his gradient test is "not judged" until his steps
+are right: the class summary counts it under the steps), ``dan`` hands in the release's stubs, ``alice`` and
+``mallory`` are right. It is graded a second time with :data:`REWORD` on the grader's path, which replaces the text
+of every Failure, every NotJudged reason and every verdict with gibberish, a new one each time (so no two messages
+are ever equal).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from browser.grading import NOTEBOOK, REPO, grade, write_submissions
+from browser.grading import NOTEBOOK, REPO, SESSION_CLASS, grade
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
-STUDENTS = ("bob", "dan")
 GIBBERISH = "zzq"  # what every reworded message begins with
 
 REWORD = '''\
@@ -77,20 +77,16 @@ properties.judge = _reworded_judge
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, Path]:
+def graded(tmp_path_factory, tiny_class) -> dict[str, Path]:
+    """The session's tiny class as graded (tests/conftest.py), and the same submissions graded again reworded."""
     tmp = tmp_path_factory.mktemp("verdicts")
-    submissions = write_submissions(tmp / "submissions", STUDENTS)
     (tmp / "reword").mkdir()
     (tmp / "reword" / "sitecustomize.py").write_text(REWORD)
-    outs = {}
-    for name in ("plain", "reworded"):
-        outs[name] = tmp / name
-        with pytest.MonkeyPatch.context() as mp:
-            if name == "reworded":
-                mp.setenv("PYTHONPATH", os.pathsep.join([str(tmp / "reword"), str(REPO)]))  # this checkout's code
-            proc = grade(submissions, outs[name])
-        assert proc.returncode == 0, proc.stderr[-4000:]
-    return outs
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(tmp / "reword"), str(REPO)]))  # this checkout's code
+        proc = grade(tiny_class.submissions, tmp / "reworded")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {"plain": tiny_class.out, "reworded": tmp / "reworded"}
 
 
 def _grades(out: Path) -> list[dict]:
@@ -138,7 +134,7 @@ def test_rewording_every_message_changes_no_grade_count_or_root_cause(graded):
         assert (NOTEBOOK, steps, "2") in concepts and (NOTEBOOK, gradient, "1") in concepts, concepts
     assert _concepts(reworded) == _concepts(plain)
     assert _tables(reworded) == _tables(plain)  # every count of the summary, the messages' words left out
-    for student in STUDENTS:
+    for student in SESSION_CLASS:
         assert _tests(reworded, student) == _tests(plain, student)
     assert not bob["test_train_one_epoch_gradient"]["judged"]
     assert bob["test_train_one_epoch_gradient"]["blocked_by"] == ["test_train_one_epoch_steps"]

@@ -178,13 +178,18 @@ class LocalExecutor:
         self.workers: list[Worker] = []
 
     def start(self, work: Path) -> None:
+        """The zygote and one worker, whose imports overlap the parent's set-up; the other workers are started by
+        :meth:`run`, once the number of tasks is known (a worker's imports cost ~2 s of CPU: a run of one notebook
+        needs one worker whatever ``-j`` says)."""
         self.work = work
         self.zygote = SharedZygote(work)
-        self.workers = [Worker(i, work, self.zygote) for i in range(self.jobs)]
+        self.workers = [Worker(0, work, self.zygote)]
 
     def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
         if not tasks:
             return
+        self.workers += [Worker(i, self.work, self.zygote) for i in range(len(self.workers), min(self.jobs,
+                                                                                                  len(tasks)))]
         info = self.zygote.wait_ready()
         floor = info.vm_mb + KERNEL_HEADROOM_MB
         if run.memory_mb < floor:
@@ -195,7 +200,7 @@ class LocalExecutor:
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
         run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir)
         hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
-        run_pool(tasks, run, self.workers[: len(tasks)], self.work, self.zygote, hard_limit, on_result)
+        run_pool(tasks, run, self.workers, self.work, self.zygote, hard_limit, on_result)
 
     def close(self) -> None:
         for w in self.workers:

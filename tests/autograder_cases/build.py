@@ -263,14 +263,17 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     cell.source = cell.source.replace("def train_one_epoch(", "def train_one_epoch_v2(")
     s.append(Student("function-missing", "the graded function renamed", {"02_scheduler": renamed},
                      **all02("train_one_epoch")))
+    # the never-ending cells below wait rather than spin: the same timeout, interrupt and kill, without a core burnt
+    # for each timeout (two of 30 s here); spinning cells are stopped in test_autograder's time-limit test
     s.append(Student("infinite-loop", "the graded function never returns (per-cell timeout)",
                      {"02_scheduler": with_function(sol["02_scheduler"], ("train_one_epoch",),
-                                                    sig02 + "    while True:\n        pass\n")},
+                                                    sig02 + "    import time\n    while True:\n"
+                                                    "        time.sleep(0.05)\n")},
                      **all02("CellTimeoutError")))
     s.append(Student("ignores-interrupt", "a cell that ignores the interrupt: the kernel is killed",
                      {"03_clipping": insert_cell(sol["03_clipping"], "train_one_epoch",
-                                                 "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                                                 "while True:\n    pass\n")},
+                                                 "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                                 "while True:\n    time.sleep(0.05)\n")},
                      **all03("NotRun")))
     s.append(Student("os-exit", "os._exit() in a cell: the kernel dies",
                      {"02_scheduler": insert_cell(sol["02_scheduler"], "train_one_epoch", "import os\nos._exit(3)\n",

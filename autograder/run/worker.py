@@ -35,7 +35,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     prepare_tools()
-    from .task import grade_task  # nbgrader and nbconvert: imported while the parent is still preparing
+    from .task import grade_task, warm_feedback  # nbgrader and nbconvert: imported while the parent prepares
 
     requests = os.fdopen(os.dup(0), "rb")
     try:
@@ -45,8 +45,13 @@ def main() -> None:
     os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(Path(run.work_dir) / f"runtime-{os.getpid()}"))
     zygote = connect(run, _number("--zygote-fd"))
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
-    for line in requests:
+    for graded, line in enumerate(requests):
         task = channel.decode(line, Task)
+        if graded == 1:  # a worker with more than one task: every later feedback page renders warm
+            try:
+                warm_feedback()
+            except Exception:
+                traceback.print_exc()  # a courtesy: the pages render cold
         if not zygote.alive():
             zygote.close()
             zygote = connect(run)  # the shared zygote's line is gone for good: a private one

@@ -158,8 +158,11 @@ class Plan:
 def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT,
           executor=None) -> ClassGrades:
     """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect."""
+    from .course.submissions import require_existing
+
     opts = options or GradeOptions()
     started = time.monotonic()
+    require_existing(submissions)
     out_lock = journal.lock_out(Path(out).resolve())  # one run per OUT; held until this process ends
     try:
         deadlines = late.for_run(Path(out).resolve(), opts.deadlines, opts.extensions)  # a bad file stops us here

@@ -380,13 +380,19 @@ def _students_root(path: Path, notebook_ids: list[str]) -> tuple[Path, list[str]
                        f"{ASSIGNMENT}/) and this folder is not in submitted/" for name in beside]
 
 
+def require_existing(path: Path) -> None:
+    """SUBMISSIONS must exist; :func:`autograder.grade.grade` asks before it starts a process (a mistyped folder
+    then costs no zygote), :func:`discover` again."""
+    if not Path(path).exists():
+        raise SubmissionsError(f"{path} does not exist")
+
+
 def discover(path: Path, notebook_ids: list[str], student: str | None = None, *, intake: Path,
              limits: Limits = LIMITS) -> Discovery:
     """Every student's submission under ``path`` (see the module docstring), sorted by student id, each file taken
     into ``intake/<student>/``; and every folder that is not graded, with the reason."""
     path = Path(path)
-    if not path.exists():
-        raise SubmissionsError(f"{path} does not exist")
+    require_existing(path)
     if path.is_file():
         return Discovery([_single(path, notebook_ids, student, intake, limits)])
     root, refused = _students_root(path, notebook_ids)

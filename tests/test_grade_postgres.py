@@ -15,8 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
 import pytest
+
+from autograder_cases import toy
 
 REPO = Path(__file__).resolve().parents[1]
 PG_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/local/bin", *sorted(map(str, Path("/usr/lib/postgresql").glob("*/bin")))]
@@ -100,24 +101,6 @@ def postgres():
         assert not running, f"the PostgreSQL server in {folder} is still running"
 
 
-def _meta(gid: str, **kw) -> dict:
-    return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3, "solution": False,
-                         "task": False, **kw}}
-
-
-def toy(body: str) -> nbformat.NotebookNode:
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    nb.cells = [
-        nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=_meta("add", solution=True)),
-        nbformat.v4.new_code_cell('"""Check add"""\nassert add(1, 2) == 3',
-                                  metadata=_meta("test_add", grade=True, locked=True, points=2)),
-        nbformat.v4.new_code_cell('"""Check add again"""\nassert add(2, 2) == 4',
-                                  metadata=_meta("test_add_more", grade=True, locked=True, points=1)),
-    ]
-    return nb
-
-
 def grade(subs: Path, out: Path, source: Path, db: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autograder", "grade", str(subs), "--out", str(out), "--source",
                            str(source), "--db", db, "--timeout-cell", "30"], cwd=REPO, capture_output=True, text=True,
@@ -143,24 +126,20 @@ def scores(url: str) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_grades_go_to_postgresql_and_a_regrade_updates_them(postgres, tmp_path):
-    source = tmp_path / "source"
-    source.mkdir()
-    nbformat.write(toy("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"), source / "00_toy.ipynb")
-    for student, body in {"ann": "    return a + b\n", "bob": "    return a * b\n", "cy": "    return 4\n"}.items():
-        (tmp_path / "subs" / student).mkdir(parents=True)
-        nbformat.write(toy(body), tmp_path / "subs" / student / "00_toy.ipynb")
+    source = toy.write_source(tmp_path / "source")  # add: a visible test (1 point) and a hidden one (2 points)
+    for student, body in {"ann": toy.CORRECT, "bob": toy.STUB, "cy": toy.ONE_MISTAKE}.items():
+        toy.write_student(tmp_path / "subs", student, body)
     proc = grade(tmp_path / "subs", tmp_path / "out", source, postgres)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "out" / "gradebook.db").exists()  # it went where --db said
-    assert scores(postgres) == {"ann": 3.0, "bob": 1.0, "cy": 1.0}  # bob: 2*2 == 4 passes; cy: only add(2, 2)
+    assert scores(postgres) == {"ann": 3.0, "bob": 0.0, "cy": 1.0}  # cy: the visible test only
     before = counts(postgres)
-    assert before == {"student": 3, "submitted_assignment": 3, "submitted_notebook": 3, "grade": 6}
+    assert before == {"student": 3, "submitted_assignment": 3, "submitted_notebook": 3, "grade": 9}
 
     # bob hands in a fix late; only bob is graded again, into the same gradebook
-    (tmp_path / "late" / "bob").mkdir(parents=True)
-    nbformat.write(toy("    return a + b\n"), tmp_path / "late" / "bob" / "00_toy.ipynb")
+    toy.write_student(tmp_path / "late", "bob", toy.CORRECT)
     proc = grade(tmp_path / "late", tmp_path / "out-late", source, postgres)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert scores(postgres) == {"ann": 3.0, "bob": 3.0, "cy": 1.0}  # updated
     assert counts(postgres) == before  # not duplicated
-    assert (tmp_path / "out-late" / "grades.csv").read_text().splitlines()[1:] == ["bob,00_toy,3,3"]
+    assert (tmp_path / "out-late" / "grades.csv").read_text().splitlines()[1:] == ["bob,00_toy,3,5"]

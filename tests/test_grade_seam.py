@@ -14,20 +14,14 @@ from autograder.channel import CellScore, Result, RunConfig, Task
 from autograder.grade import GradeOptions, grade
 from labutils.verdict import Verdict
 
+from autograder_cases import toy
+
 pytestmark = pytest.mark.autograder
 
 
-def _meta(gid: str, **kw) -> dict:
-    return {"nbgrader": {"grade": False, "grade_id": gid, "locked": False, "schema_version": 3, "solution": False,
-                         "task": False, **kw}}
-
-
-def toy(body: str) -> nbformat.NotebookNode:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("def add(a, b):\n" + body, metadata=_meta("add", solution=True)),
-                nbformat.v4.new_code_cell("assert add(1, 2) == 3",
-                                          metadata=_meta("test_add", grade=True, locked=True, points=2))]
-    return nb
+def toy_notebook(body: str) -> nbformat.NotebookNode:
+    """The toy assignment (tests/autograder_cases/toy.py) with its visible test only: 1 point."""
+    return toy.notebook(body, answer=None, hidden=False)
 
 
 class CannedExecutor:
@@ -48,7 +42,7 @@ class CannedExecutor:
             if isinstance(answer, str):
                 on_result(Result.failed(task, answer), 1.0)
                 continue
-            verdict = Verdict(grade_id="test_add", points=answer, max_points=2.0, passed=answer == 2.0,
+            verdict = Verdict(grade_id="test_add", points=answer, max_points=1.0, passed=answer == 1.0,
                               message="" if answer else "wrong", by="notebook")
             score = CellScore(name="test_add", kind="auto", auto_score=answer, needs_manual_grade=False,
                               verdict=verdict)
@@ -63,12 +57,12 @@ class CannedExecutor:
 def test_any_executor_feeds_the_same_collect_step(tmp_path):
     source = tmp_path / "source"
     source.mkdir()
-    nbformat.write(toy("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"), source / "00_toy.ipynb")
+    nbformat.write(toy_notebook(toy.SOLUTION), source / "00_toy.ipynb")
     for student in ("ann", "bob", "cy"):
         (tmp_path / "subs" / student).mkdir(parents=True)
-        nbformat.write(toy("    return a + b\n"), tmp_path / "subs" / student / "00_toy.ipynb")
+        nbformat.write(toy_notebook(toy.CORRECT), tmp_path / "subs" / student / "00_toy.ipynb")
     (tmp_path / "subs" / "dee").mkdir()  # hands in nothing
-    executor = CannedExecutor({"ann": 2.0, "bob": 0.0, "cy": "the worker died"})
+    executor = CannedExecutor({"ann": 1.0, "bob": 0.0, "cy": "the worker died"})
     result = grade(tmp_path / "subs", tmp_path / "out", GradeOptions(source=source, cell_timeout=30),
                    executor=executor)
     assert executor.calls == ["start", "run", "close"]
@@ -76,7 +70,7 @@ def test_any_executor_feeds_the_same_collect_step(tmp_path):
                                      ("cy", "00_toy", "00_toy.ipynb")]  # dee: nothing to run
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = [(r["student"], r["score"]) for r in csv.DictReader(f)]
-    assert rows == [("ann", "2"), ("bob", "0"), ("cy", "0"), ("dee", "0")]
+    assert rows == [("ann", "1"), ("bob", "0"), ("cy", "0"), ("dee", "0")]
     assert not result.complete and result.problems == ["cy/00_toy: not graded: could not be graded: the worker died"]
     cy = json.loads((tmp_path / "out" / "cy.json").read_text())
     assert cy["notebooks"]["00_toy"]["status"] == "error" and "the worker died" in cy["tests"][0]["message"]
@@ -85,4 +79,4 @@ def test_any_executor_feeds_the_same_collect_step(tmp_path):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}") as gb:
-        assert gb.find_submission("loop_lab", "ann").score == 2.0
+        assert gb.find_submission("loop_lab", "ann").score == 1.0

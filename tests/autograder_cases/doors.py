@@ -152,12 +152,15 @@ def deep_notebook(nb, depth: int) -> str:
     return nbformat.writes(nb).replace('"@@DEEP@@"', "[" * depth + "]" * depth)
 
 
-def many_cells(nb, count: int):
-    """``nb`` with ``count`` one-line code cells right after its first code cell (before every test)."""
+def many_cells(nb, count: int) -> str:
+    """``nb`` with ``count`` one-line code cells right after its first code cell (before every test), as notebook
+    text. Written as plain JSON: nbformat would check each new cell against its schema (~10 CPU s for 50,000), and
+    these hold exactly new_code_cell's fields."""
     nb = copy.deepcopy(nb)
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells[first + 1:first + 1] = [nbformat.v4.new_code_cell(f"x = {i}", id=f"many-{i}") for i in range(count)]
-    return nb
+    nb.cells[first + 1:first + 1] = [{"cell_type": "code", "id": f"many-{i}", "metadata": {}, "execution_count": None,
+                                      "outputs": [], "source": f"x = {i}"} for i in range(count)]
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False)
 
 
 def _write_huge_output(folder: Path, nb, megabytes: int) -> None:

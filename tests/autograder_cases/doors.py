@@ -22,7 +22,10 @@ import nbformat
 
 from autograder_cases import build
 
-CONTROL = "control"  # the solutions, untouched: graded exactly as alone
+CONTROL = "control"  # the solutions of ATTACKED, untouched: graded exactly as alone
+# the notebooks the attackers hand in, so the control's run beside theirs; its others would only grade the solutions
+# again (the autograder tests do), at ~5 CPU s each
+ATTACKED = ("02_scheduler", "03_clipping", "04_accumulation")
 ZYGOTE = "zygote-attacker"  # door 1: asks the grader's fork server for work on its own terms
 FORGER = "forger"  # door 2: forges the recheck's verdict lines (a release notebook: nothing written)
 SYMLINKED_FOLDERS = ("symlink-folder-abs", "symlink-folder-rel")  # door 3: loop_lab/ -> solutions/loop_lab
@@ -74,7 +77,7 @@ def write_hostile_class(root: Path, repo: Path) -> HostileClass:
     tests = build.load_tests(solutions)
     sol = {p.stem: nbformat.read(p, as_version=4) for p in sorted(solutions.glob("*.ipynb"))}
     rel = {p.stem: nbformat.read(p, as_version=4) for p in sorted(release.glob("*.ipynb"))}
-    control = build.Student(CONTROL, "the solutions, untouched", dict(sol))
+    control = build.Student(CONTROL, "the solutions, untouched", {nb: sol[nb] for nb in ATTACKED})
     students = [
         control,
         build.Student(ZYGOTE, "door 1", {"02_scheduler": build.insert_cell(

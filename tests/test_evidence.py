@@ -8,7 +8,8 @@ a verdict (labutils/checks/evidence.py, autograder/hidden/recheck.py).
 - A forger in the observer who sends records of its own gets what those records show: a made-up run of a loop that
   did nothing earns nothing, and a record that does not fit the check fails it.
 - Through a real zygote and sandbox: a notebook that writes verdict lines and records to every descriptor it has, and
-  tries the judge's descriptors through /proc, scores nothing; the same test cells on a correct loop pass.
+  tries the judge's descriptors through /proc, scores nothing; the same test cells on a correct loop pass. A cell's
+  forked sleeper that holds the pipes does not hold the judge, nor the grader waiting for the reply.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from labutils import checks, exercises
 from labutils.checks import evidence, properties
 from labutils.trace import Event
 from autograder.hidden.recheck import Observed, _signature
+from autograder.sandbox import isolation
 
 import mutants
 from autograder_cases import zygote_recheck
@@ -376,6 +378,28 @@ def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_a
     assert time.monotonic() - started < 60, log[-2000:]
     assert reply.status == "exited" and [line.verdict.passed for line in reply.lines] == [False], (reply, log[-2000:])
     assert "stopped before it finished" in reply.lines[0].verdict.message
+
+
+@pytest.mark.slow
+def test_a_forked_child_holding_the_recheck_pipe_does_not_hold_the_grader(reachable, zygote):
+    """A notebook cell that forks a sleeper (which inherits the recheck's verdict pipe) must not keep the zygote
+    reading until the sleeper wakes: the reply comes when the recheck itself exits."""
+    import json
+
+    from autograder.channel import RecheckCell
+
+    sleeper = ("import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nprint('forked')\n"
+               "print('processes:', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    reply, log, seconds = zygote_recheck.recheck(reachable, [  # a test after the cell: the judge waits for it
+        RecheckCell(index=0, source=sleeper),
+        RecheckCell(index=1, grade_id="t", checks=[["01_baseline", "train_one_epoch"]])], timeout=100, cell_timeout=30,
+        zygote=zygote)
+    assert reply.status == "exited", (reply, log[-2000:])
+    assert seconds < 60, f"the zygote waited {seconds:.0f} s for the sleeper"
+    if not isolation.probe()["pid"]:  # the task's namespace: the judge (PID 1), its observer and the sleeper only
+        seen = next(line for line in log.splitlines() if "processes:" in line)
+        processes = json.loads(seen.split(":", 1)[1])
+        assert processes[0] == 1 and len(processes) == 3, seen
 
 
 RECORDS = [

@@ -1,9 +1,9 @@
 """Checkpoints: atomic, complete, verified, rotated, and recoverable (the reference's writer, the shipped helpers)."""
 
+import io
+import multiprocessing
+import os
 import random
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -14,6 +14,15 @@ from labutils import checkpoint as ckpt
 from labutils.models import SmallCNN
 from labutils.reference import checkpoint as ref
 from labutils.reference.optim import make_scheduler
+
+# The writers these tests kill or watch run in children of a fork server that imported this module's imports once
+# and ran nothing else: a fresh interpreter per writer would import torch again, and a fork of this process would
+# inherit its state (torch's thread pool, CUDA) that a child cannot use. Not this module itself: the server starts
+# without tests/ on its path (Python 3.11's forkserver drops the parent's), and each child imports it, cheaply.
+# torch._dynamo: what a process's first optimizer imports (~2 CPU s).
+WRITERS = multiprocessing.get_context("forkserver")
+WRITERS.set_forkserver_preload(["numpy", "pytest", "torch", "torch._dynamo", "labutils.checkpoint", "labutils.models",
+                                "labutils.reference.checkpoint", "labutils.reference.optim"])
 
 
 def objects(seed=0, channels=(4, 8)):
@@ -62,24 +71,24 @@ def test_checkpoint_is_complete_and_resume_is_exact(tmp_path):
     assert restored["scheduler"].get_last_lr() == original["scheduler"].get_last_lr()
 
 
+def _dying_write(path: str) -> None:
+    """A writer whose torch.save dies half-way through the file: a power cut in the middle of the write."""
+    def dying_save(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        f.flush()
+        os._exit(1)
+
+    torch.save = dying_save  # this child's torch only
+    m = SmallCNN(channels=(4, 8))
+    ref.save_checkpoint(path, model=m, optimizer=torch.optim.AdamW(m.parameters()), step=2)
+
+
 def test_a_write_that_dies_half_way_leaves_the_previous_checkpoint_loadable(tmp_path):
     ref.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
-    script = textwrap.dedent(f"""
-        import os, torch
-        from labutils import checkpoint as ckpt
-        from labutils.reference import checkpoint as ref
-        from labutils.models import SmallCNN
-        real_save = torch.save
-        def dying_save(obj, f, *a, **k):
-            f.write(b"PK\\x03\\x04 half a checkpoint")
-            f.flush()
-            os._exit(1)  # power cut in the middle of the write
-        torch.save = dying_save
-        m = SmallCNN(channels=(4, 8))
-        ref.save_checkpoint({str(tmp_path / ckpt.last_name(1))!r}, model=m,
-                             optimizer=torch.optim.AdamW(m.parameters()), step=2)
-    """)
-    assert subprocess.run([sys.executable, "-c", script]).returncode == 1
+    writer = WRITERS.Process(target=_dying_write, args=(str(tmp_path / ckpt.last_name(1)),))
+    writer.start()
+    writer.join()
+    assert writer.exitcode == 1
     restored = objects(seed=5)
     state = ref.load_latest_valid(tmp_path, **restored, log=lambda *_: None)
     assert state is not None and state["step"] == 1  # the old file is intact under its name
@@ -138,42 +147,39 @@ def test_a_different_thread_count_is_warned_about(tmp_path):
 
 # --- no debris after a crash -----------------------------------------------------------------------------------------
 
-# One run: resume as lab 7's loop does (latest_checkpoint), then save the next step, stalling half-way through the
-# write until told to go on on stdin (or killed there).
-STALLING_RUN = textwrap.dedent("""
-    import io, sys, torch
-    from labutils import checkpoint as ckpt
-    from labutils.reference import checkpoint as ref
-    from labutils.models import SmallCNN
-
+def _stalling_run(folder: str, step: int, conn) -> None:
+    """One run: resume as lab 7's loop does (latest_checkpoint), then save the next step, stalling half-way through
+    the write until told to go on through ``conn`` (or killed there)."""
     real_save = torch.save
+
     def stalling_save(obj, f, *args, **kwargs):
         buffer = io.BytesIO()
         real_save(obj, buffer, *args, **kwargs)
         data = buffer.getvalue()
         f.write(data[: len(data) // 2])
         f.flush()
-        print("mid-write", flush=True)
-        sys.stdin.readline()
-        f.write(data[len(data) // 2 :])
-    torch.save = stalling_save
+        conn.send("mid-write")
+        conn.recv()
+        f.write(data[len(data) // 2:])
 
-    folder, step = sys.argv[1], int(sys.argv[2])
+    torch.save = stalling_save  # this child's torch only
     latest = ckpt.latest_checkpoint(folder)
-    print(f"resumed from {latest.name if latest else None}", flush=True)
+    conn.send(f"resumed from {latest.name if latest else None}")
     model = SmallCNN(channels=(4, 8))
     ref.save_checkpoint(f"{folder}/{ckpt.last_name(step)}", model, torch.optim.AdamW(model.parameters()), step=step)
-    print("saved", flush=True)
-""")
+    conn.send("saved")
 
 
 def start_stalling_run(folder, step):
-    """A writer process, returned once it is half-way through writing ``step``'s checkpoint."""
-    proc = subprocess.Popen([sys.executable, "-c", STALLING_RUN, str(folder), str(step)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    said = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
+    """A writer process and our end of its pipe, returned once it is half-way through writing ``step``'s checkpoint,
+    with what it said when it resumed."""
+    ours, theirs = WRITERS.Pipe()
+    proc = WRITERS.Process(target=_stalling_run, args=(str(folder), step, theirs))
+    proc.start()
+    theirs.close()  # the writer's end: a writer that dies makes our recv raise, not wait
+    said = [ours.recv(), ours.recv()]
     assert said[1] == "mid-write", said
-    return proc, said[0]
+    return proc, ours, said[0]
 
 
 def temp_files(folder):
@@ -184,11 +190,12 @@ def temp_files(folder):
 def test_writers_killed_mid_save_leave_no_temp_files_once_the_next_run_resumes(tmp_path):
     ref.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
     for step in (2, 3, 4):  # three runs, each SIGKILLed in the middle of writing its checkpoint
-        proc, resumed = start_stalling_run(tmp_path, step)
+        proc, conn, resumed = start_stalling_run(tmp_path, step)
         assert resumed == "resumed from step-000001.pt"  # the half-written files never count as checkpoints
         proc.kill()
-        assert proc.wait() == -9
-        proc.stdout.close()
+        proc.join()
+        assert proc.exitcode == -9
+        conn.close()
         (left,) = temp_files(tmp_path)  # the kill leaves this run's half-written file; its start removed the last's
         assert left.startswith(f".step-{step:06d}.pt.")
 
@@ -201,22 +208,21 @@ def test_writers_killed_mid_save_leave_no_temp_files_once_the_next_run_resumes(t
 @pytest.mark.slow
 def test_a_temp_file_a_live_writer_is_writing_is_left_alone(tmp_path):
     ref.save_checkpoint(tmp_path / ckpt.last_name(1), **objects(), step=1)
-    proc, _ = start_stalling_run(tmp_path, 2)
+    proc, conn, _ = start_stalling_run(tmp_path, 2)
     try:
         (live,) = temp_files(tmp_path)
         assert ckpt.remove_stale_temp_files(tmp_path) == []
         assert ref.load_latest_valid(tmp_path, **objects(seed=3), log=lambda *_: None)["step"] == 1
         assert ckpt.latest_checkpoint(tmp_path).name == "step-000001.pt"
         assert temp_files(tmp_path) == [live]  # three resumes later, still there
-        proc.stdin.write("go on\n")
-        proc.stdin.flush()
-        assert proc.stdout.readline().strip() == "saved"
-        assert proc.wait() == 0
+        conn.send("go on")
+        assert conn.recv() == "saved"
+        proc.join()
+        assert proc.exitcode == 0
     finally:
         proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stdin.close()
+        proc.join()
+        conn.close()
     assert temp_files(tmp_path) == []  # the writer finished its own file: renamed into place
     model = SmallCNN(channels=(4, 8))
     with warnings.catch_warnings():  # the writer's torch thread count may not be this process's: not tested here

@@ -3,13 +3,24 @@
 import subprocess
 import sys
 
-from labutils.reference.cli import build_parser
+from labutils.reference.cli import build_parser, main
 from labutils.config import LabConfig
 from labutils.reference.resume import config_to_args
 
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "labutils", *args], capture_output=True, text=True)
+
+
+def run_here(capsys, *args) -> tuple[int, str]:
+    """(exit status, stderr) of the main() ``python -m labutils ARGS`` calls, called in this process: a refusal needs
+    no fresh interpreter importing torch (test_train_prints_the_config_then_a_summary runs the command itself)."""
+    capsys.readouterr()
+    try:
+        status = main(list(args))
+    except SystemExit as exc:  # argparse's refusals
+        status = exc.code
+    return status, capsys.readouterr().err
 
 
 def test_every_config_knob_has_a_flag_and_round_trips():
@@ -28,11 +39,11 @@ def test_train_prints_the_config_then_a_summary(tmp_path):
     assert (tmp_path / "s.jsonl").exists() and (tmp_path / "s-epochs.jsonl").exists()
 
 
-def test_bad_values_give_one_clear_line_not_a_traceback():
-    proc = run("train", "--amp", "fp16", "--device", "cpu", "--subset", "64", "--epochs", "1")
-    assert proc.returncode == 2
-    assert "amp='fp16' needs a CUDA or MPS device" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run("train", "--schedule", "cosine")
-    assert proc.returncode == 2 and "use one of constant, onecycle, warmup_cosine" in proc.stderr
-    proc = run("train", "--resume")
-    assert proc.returncode == 2 and "--ckpt-dir" in proc.stderr
+def test_bad_values_give_one_clear_line_not_a_traceback(capsys):
+    status, stderr = run_here(capsys, "train", "--amp", "fp16", "--device", "cpu", "--subset", "64", "--epochs", "1")
+    assert status == 2
+    assert "amp='fp16' needs a CUDA or MPS device" in stderr and "Traceback" not in stderr
+    status, stderr = run_here(capsys, "train", "--schedule", "cosine")
+    assert status == 2 and "use one of constant, onecycle, warmup_cosine" in stderr
+    status, stderr = run_here(capsys, "train", "--resume")
+    assert status == 2 and "--ckpt-dir" in stderr

@@ -8,7 +8,8 @@ a verdict (labutils/checks/evidence.py, autograder/hidden/recheck.py).
 - A forger in the observer who sends records of its own gets what those records show: a made-up run of a loop that
   did nothing earns nothing, and a record that does not fit the check fails it.
 - Through a real zygote and sandbox: a notebook that writes verdict lines and records to every descriptor it has, and
-  tries the judge's descriptors through /proc, scores nothing; the same test cells on a correct loop pass.
+  tries the judge's descriptors through /proc, scores nothing; the same test cells on a correct loop pass. A cell's
+  forked sleeper that holds the pipes does not hold the judge, nor the grader waiting for the reply.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from labutils import checks, exercises
 from labutils.checks import evidence, properties
 from labutils.trace import Event
 from autograder.hidden.recheck import Observed, _signature
+from autograder.sandbox import isolation
 
 import mutants
 from autograder_cases import zygote_recheck
@@ -270,22 +272,44 @@ _forge(json.loads(@@CALLS@@))
 '''
 
 
-def _recheck(folder: Path, cells: list):
-    reply, log, _ = zygote_recheck.recheck(folder, cells)
-    return reply, log
+def _reachable_folder() -> Path:
+    """A folder another uid may pass through (0711, as the grader's work folder is)."""
+    folder = Path(tempfile.mkdtemp(prefix="looplab-test-judge-"))
+    os.chmod(folder, 0o711)
+    return folder
 
 
 @pytest.fixture
 def reachable():
-    """A folder another uid may pass through (0711, as the grader's work folder is)."""
-    folder = Path(tempfile.mkdtemp(prefix="looplab-test-judge-"))
-    os.chmod(folder, 0o711)
+    folder = _reachable_folder()
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def zygote():
+    """One private zygote for this module's rechecks, as one grading run's rechecks share one: each start imports
+    torch again."""
+    from autograder.sandbox.client import private_zygote
+
+    folder = _reachable_folder()
+    started = private_zygote(folder)
+    yield started
+    started.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def recheck(zygote):
+    """(reply, log) of re-checking cells in a folder, through the module's zygote."""
+    def run(folder: Path, cells: list):
+        reply, log, _ = zygote_recheck.recheck(folder, cells, zygote=zygote)
+        return reply, log
+    return run
+
+
 @pytest.mark.slow
-def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everything(reachable):
+def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everything(reachable, recheck):
     from autograder.channel import RecheckCell
 
     exercise = exercises.get("baseline")
@@ -301,8 +325,8 @@ def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everythin
     (reachable / "forger").mkdir()
     (reachable / "honest").mkdir()
     os.chmod(reachable / "forger", 0o711), os.chmod(reachable / "honest", 0o711)
-    forged, forged_log = _recheck(reachable / "forger", cells(forger))
-    honest, honest_log = _recheck(reachable / "honest", cells(mutants.source(correct)))
+    forged, forged_log = recheck(reachable / "forger", cells(forger))
+    honest, honest_log = recheck(reachable / "honest", cells(mutants.source(correct)))
     assert honest.status == "exited" and len(honest.lines) == len(calls), honest_log[-3000:]
     assert all(line.verdict.passed for line in honest.lines), [line.verdict.message for line in honest.lines]
     assert forged.status == "exited", forged_log[-3000:]
@@ -312,7 +336,7 @@ def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everythin
 
 
 @pytest.mark.slow
-def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachable):
+def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachable, recheck):
     """sys.exit() inside train_one_epoch ends that check in the observer; the evaluate test after it is still
     judged, and passes."""
     from autograder.channel import RecheckCell
@@ -320,7 +344,7 @@ def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachab
     train, evaluate = exercises.get("baseline"), exercises.get("evaluate")
     exits = f"def {train.functions[0].call}:\n    import sys\n    sys.exit(0)\n"
     correct = next(v for v in mutants.CORRECT if v.exercise == "evaluate")
-    reply, log = _recheck(reachable, [
+    reply, log = recheck(reachable, [
         RecheckCell(index=0, source=mutants.IMPORTS), RecheckCell(index=1, source=exits),
         RecheckCell(index=2, source=mutants.source(correct)),
         RecheckCell(index=3, grade_id="train", checks=[[train.notebook, "train_one_epoch", p.id]
@@ -338,7 +362,7 @@ def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachab
 
 
 @pytest.mark.slow
-def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_at_once(reachable):
+def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_at_once(reachable, recheck):
     """The judge watches the observer's pidfd: a sleeper forked by a cell keeps the record pipe open, and the judge
     still sees the end when the observer exits, and says the test stopped (not a wait until the time limit)."""
     import time
@@ -349,11 +373,33 @@ def test_an_observer_that_exits_while_its_child_holds_the_pipe_stops_the_judge_a
     call = [exercise.notebook, "train_one_epoch", exercise.properties[0].id]
     exits = "import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nos._exit(0)"
     started = time.monotonic()
-    reply, log = _recheck(reachable, [RecheckCell(index=0, source=exits),
+    reply, log = recheck(reachable, [RecheckCell(index=0, source=exits),
                                       RecheckCell(index=1, grade_id="baseline-tests", checks=[call])])
     assert time.monotonic() - started < 60, log[-2000:]
     assert reply.status == "exited" and [line.verdict.passed for line in reply.lines] == [False], (reply, log[-2000:])
     assert "stopped before it finished" in reply.lines[0].verdict.message
+
+
+@pytest.mark.slow
+def test_a_forked_child_holding_the_recheck_pipe_does_not_hold_the_grader(reachable, zygote):
+    """A notebook cell that forks a sleeper (which inherits the recheck's verdict pipe) must not keep the zygote
+    reading until the sleeper wakes: the reply comes when the recheck itself exits."""
+    import json
+
+    from autograder.channel import RecheckCell
+
+    sleeper = ("import os, time\nif os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\nprint('forked')\n"
+               "print('processes:', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    reply, log, seconds = zygote_recheck.recheck(reachable, [  # a test after the cell: the judge waits for it
+        RecheckCell(index=0, source=sleeper),
+        RecheckCell(index=1, grade_id="t", checks=[["01_baseline", "train_one_epoch"]])], timeout=100, cell_timeout=30,
+        zygote=zygote)
+    assert reply.status == "exited", (reply, log[-2000:])
+    assert seconds < 60, f"the zygote waited {seconds:.0f} s for the sleeper"
+    if not isolation.probe()["pid"]:  # the task's namespace: the judge (PID 1), its observer and the sleeper only
+        seen = next(line for line in log.splitlines() if "processes:" in line)
+        processes = json.loads(seen.split(":", 1)[1])
+        assert processes[0] == 1 and len(processes) == 3, seen
 
 
 RECORDS = [

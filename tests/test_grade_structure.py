@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ast
-import os
+import inspect
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -133,17 +133,79 @@ def test_the_architecture_drawing_is_the_floors():
     assert drawn == FLOORS, f"docs/architecture.md draws {drawn} (lowest first); the floors are {FLOORS}"
 
 
+# the packages of this repository (pyproject's packages.find): a module imports alone when none of them is loaded yet
+OURS = ("autograder", "labutils")
+
+
+class _ModuleLevelImports(ast.NodeVisitor):
+    """The modules a file imports as it is imported: a function's imports wait for its call, so they are skipped."""
+
+    def __init__(self):
+        self.found: set[str] = set()
+
+    def visit_FunctionDef(self, node):
+        pass
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Import(self, node):
+        self.found.update(alias.name for alias in node.names)
+
+    def visit_ImportFrom(self, node):
+        if not node.level and node.module:
+            self.found.add(node.module)
+
+
+def third_party_imports() -> list[str]:
+    """What our packages import at module level from outside them and the standard library (torch, nbgrader...)."""
+    visitor = _ModuleLevelImports()
+    for package in OURS:
+        for path in (PACKAGE.parent / package).rglob("*.py"):
+            visitor.visit(ast.parse(path.read_text()))
+    return sorted(m for m in visitor.found if m.split(".")[0] not in (*OURS, *sys.stdlib_module_names))
+
+
+def _fork_server(preload: list[str], modules: list[str], ours: tuple[str, ...]) -> None:
+    """Run in a fresh interpreter (its source is sent with ``-c``): import the third-party libraries once, then fork
+    one child per module, which imports that module alone and prints why not. Standard library only."""
+    import importlib
+    import os
+    import sys
+    import traceback
+
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # not installed: the child that needs it says so
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ours)
+    assert not loaded, f"the preload imported modules of ours: {loaded}"
+    for name in modules:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                importlib.import_module(name)
+            except BaseException as exc:
+                print(f"{name}: {traceback.format_exception_only(exc)[-1].strip()}", flush=True)
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) not in (0, 1):
+            print(f"{name}: the child died ({os.waitstatus_to_exitcode(status)})", flush=True)
+
+
 @pytest.mark.slow
 def test_each_module_imports_alone():
-    """Each module imports in a fresh interpreter of its own (no module leans on another having been imported
-    first); the interpreters run side by side, one per core: each mostly waits on its imports' files."""
-    def import_alone(name: str) -> str | None:
-        proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120)
-        return None if proc.returncode == 0 else f"{name}: {proc.stderr.strip().splitlines()[-1]}"
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        failures = [f for f in pool.map(import_alone, _modules()) if f]
-    assert not failures, "\n".join(failures)
+    """Each module imports with no module of ours loaded before it (no module leans on another having been imported
+    first). Each is imported in a child forked from one interpreter that has imported only the third-party libraries
+    (torch, nbgrader...) our packages import: a fresh interpreter per module would import them again each time."""
+    call = f"{_fork_server.__name__}({third_party_imports()!r}, {list(_modules())!r}, {OURS!r})"
+    source = textwrap.dedent(inspect.getsource(_fork_server)) + "\n" + call
+    proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert not proc.stdout, proc.stdout
 
 
 def test_assignment_and_config_written_once():

@@ -22,7 +22,10 @@ import nbformat
 
 from autograder_cases import build
 
-CONTROL = "control"  # the solutions, untouched: graded exactly as alone
+CONTROL = "control"  # the solutions of ATTACKED, untouched: graded exactly as alone
+# the notebooks the attackers hand in, so the control's run beside theirs; its others would only grade the solutions
+# again (the autograder tests do), at ~5 CPU s each
+ATTACKED = ("02_scheduler", "03_clipping", "04_accumulation")
 ZYGOTE = "zygote-attacker"  # door 1: asks the grader's fork server for work on its own terms
 FORGER = "forger"  # door 2: forges the recheck's verdict lines (a release notebook: nothing written)
 SYMLINKED_FOLDERS = ("symlink-folder-abs", "symlink-folder-rel")  # door 3: loop_lab/ -> solutions/loop_lab
@@ -74,7 +77,7 @@ def write_hostile_class(root: Path, repo: Path) -> HostileClass:
     tests = build.load_tests(solutions)
     sol = {p.stem: nbformat.read(p, as_version=4) for p in sorted(solutions.glob("*.ipynb"))}
     rel = {p.stem: nbformat.read(p, as_version=4) for p in sorted(release.glob("*.ipynb"))}
-    control = build.Student(CONTROL, "the solutions, untouched", dict(sol))
+    control = build.Student(CONTROL, "the solutions, untouched", {nb: sol[nb] for nb in ATTACKED})
     students = [
         control,
         build.Student(ZYGOTE, "door 1", {"02_scheduler": build.insert_cell(
@@ -152,12 +155,15 @@ def deep_notebook(nb, depth: int) -> str:
     return nbformat.writes(nb).replace('"@@DEEP@@"', "[" * depth + "]" * depth)
 
 
-def many_cells(nb, count: int):
-    """``nb`` with ``count`` one-line code cells right after its first code cell (before every test)."""
+def many_cells(nb, count: int) -> str:
+    """``nb`` with ``count`` one-line code cells right after its first code cell (before every test), as notebook
+    text. Written as plain JSON: nbformat would check each new cell against its schema (~10 CPU s for 50,000), and
+    these hold exactly new_code_cell's fields."""
     nb = copy.deepcopy(nb)
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells[first + 1:first + 1] = [nbformat.v4.new_code_cell(f"x = {i}", id=f"many-{i}") for i in range(count)]
-    return nb
+    nb.cells[first + 1:first + 1] = [{"cell_type": "code", "id": f"many-{i}", "metadata": {}, "execution_count": None,
+                                      "outputs": [], "source": f"x = {i}"} for i in range(count)]
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False)
 
 
 def _write_huge_output(folder: Path, nb, megabytes: int) -> None:

@@ -409,3 +409,20 @@ def test_a_replaced_plugins_last_task_cannot_touch_the_next_runs(tmp_path, monke
     assert events == [("start", "old"), ("end", "old", False), ("start", "new"), ("end", "new", True)]
     assert new.work.is_dir()
     asyncio.run(new.teardown(worker))
+
+
+def test_a_zygote_started_inside_a_task_folder_runs_in_its_own(tmp_path, monkeypatch):
+    """A worker's prewarm may start a zygote while a killed client's last task runs on in the same process, inside
+    nbgrader's chdir to that task's folder, which is removed when the task ends: the zygote runs in its own folder
+    (torch._dynamo's import calls os.getcwd(); without it, every recheck of the next run imported torch._dynamo anew
+    and was judged as the student changing torch)."""
+    from autograder.sandbox import client
+
+    task_folder, zygote_folder = tmp_path / "task", tmp_path / "zygote"
+    task_folder.mkdir()
+    zygote_folder.mkdir()
+    monkeypatch.setattr(client, "ZYGOTE_MAIN", "import os; print(os.getcwd()); {argv}")  # where it runs, not a zygote
+    monkeypatch.chdir(task_folder)
+    with open(zygote_folder / "zygote.log", "ab") as log:
+        out, _ = client._spawn([], log, dict(os.environ), subprocess.DEVNULL).communicate(timeout=60)
+    assert out.decode().strip() == str(zygote_folder)

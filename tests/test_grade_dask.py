@@ -1,11 +1,13 @@
 """Grading on a Dask cluster (``grade --scheduler``): the same grades as a local run, and no student lost when a
 worker is killed mid-task.
 
-Everything runs on loopback: a ``LocalCluster`` of 2 worker processes (free ports, stopped at the end) that the CLI
-connects to with ``--scheduler``. The class is a small one built by tests/autograder_cases (the solutions, the
-release, a mutant, a broken file, a dying kernel, and a slow student whose worker is killed while grading it): the full
-class is graded locally by tests/test_autograder.py, and on 2 cores it takes minutes. ``LOOPLAB_DASK_FULL_CLASS=1``
-grades the full class here too (plus the slow student), against the same exact expectations.
+Everything runs on loopback: one ``LocalCluster`` of 2 worker processes (free ports, stopped at the end) that the CLI
+connects to with ``--scheduler``, for every test here. The class is a small one built by tests/autograder_cases (the
+solutions, the release, a mutant, a broken file, a dying kernel, and a slow student whose worker is killed while grading
+it): the full class is graded locally by tests/test_autograder.py, and on 2 cores it takes minutes.
+``LOOPLAB_DASK_FULL_CLASS=1`` grades the full class here too (plus the slow student), against the same exact
+expectations. The class's local run is the reference of both Dask runs: the one that loses a worker and one whose
+client is killed (issue 18's resume, on Dask).
 """
 
 from __future__ import annotations
@@ -48,13 +50,8 @@ SMALL_CLASS = {  # student -> the notebooks kept (None: all it has); the cheap n
 
 
 def small_class(tmp: Path) -> list[build.Student]:
-    from autograder.course.release import release
-
-    root = tmp / "release-root"
-    shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")
-    release(root)
-    students = []
-    for st in build.build_class(SOLUTIONS, root / "notebooks", REPO, tmp / "out"):
+    students = []  # the release is the committed notebooks/ (tests/test_notebooks.py: nbgrader's output, exactly)
+    for st in build.build_class(SOLUTIONS, REPO / "notebooks", REPO, tmp / "out"):
         if os.environ.get("LOOPLAB_DASK_FULL_CLASS") == "1":
             students.append(st)
         elif st.name in SMALL_CLASS:
@@ -75,7 +72,7 @@ def small_class(tmp: Path) -> list[build.Student]:
 
 def run_cli(*args, **kwargs):
     return subprocess.Popen([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+                            **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs})
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +169,9 @@ def test_a_killed_worker_loses_no_student(dask_run):
     assert all(t["passed"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "auto")
 
 
-def _comparable(out: Path, path: Path) -> dict:
+def _comparable(out: Path, student: str) -> dict:
     """A student's JSON without what may differ between two runs: timings and where OUT is."""
-    record = json.loads(path.read_text())
+    record = json.loads((out / f"{student}.json").read_text())
     for nb in record["notebooks"].values():
         nb.pop("seconds")
         nb.pop("timings")
@@ -183,13 +180,21 @@ def _comparable(out: Path, path: Path) -> dict:
     return record
 
 
+def _assert_same_record(out: Path, reference: Path, student: str) -> None:
+    """The student's JSON in ``out`` equals the reference's; when not, the message shows the tests that differ whole
+    (pytest's diff of the record cuts them)."""
+    got, want = _comparable(out, student), _comparable(reference, student)
+    differing = [(a, b) for a, b in zip(got["tests"], want["tests"]) if a != b]
+    assert got == want, f"{student}: {len(differing)} test(s) differ:\n" + "\n".join(
+        f"got      {a}\nexpected {b}" for a, b in differing[:3])
+
+
 @pytest.mark.slow
 def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
     dask_out = dask_run["out"]
     assert (dask_out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
     for st in classroom["students"]:
-        assert _comparable(dask_out, dask_out / f"{st.name}.json") == _comparable(local_run,
-                                                                                   local_run / f"{st.name}.json")
+        _assert_same_record(dask_out, local_run, st.name)
     for kind, pattern in (("feedback", "*.html"), ("autograded", "*.ipynb"), ("submitted", "*")):
         local_files = sorted(p.relative_to(local_run) for p in (local_run / kind).rglob(pattern))
         assert local_files and sorted(p.relative_to(dask_out) for p in (dask_out / kind).rglob(pattern)) \
@@ -197,6 +202,39 @@ def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
     assert "stayed on its worker" not in dask_run["stderr"]  # formgrader shows the graded notebooks, outputs and all
     graded = build.nbformat.read(dask_out / "autograded" / "solutions" / "loop_lab" / "01_baseline.ipynb", 4)
     assert any(cell.get("outputs") for cell in graded.cells)
+
+
+def _journal(out: Path) -> set[str]:
+    """The tasks kept in OUT's journal (autograder.results.journal): one file per finished task."""
+    return {p.stem for p in (out / ".journal").glob("*.json")} if (out / ".journal").is_dir() else set()
+
+
+@pytest.mark.slow
+def test_a_run_killed_on_a_dask_cluster_resumes_there(cluster, classroom, local_run, tmp_path):
+    """The journal is the executor's business too: a run on the Dask cluster whose client is SIGKILLed after its
+    first task is finished by the next run on the same cluster, which reuses what was kept and ends equal to the
+    local, uninterrupted run. The next run starts at once, while the killed client's last tasks still run in their
+    workers (test_a_replaced_plugins_last_task_cannot_touch_the_next_runs). After the runs above: the killed client
+    never unregisters its plug-in, whose zygotes stay on the workers."""
+    submissions, out = classroom["tmp"] / "submissions", tmp_path / "out"
+    on_dask = ("--out", out, "--scheduler", cluster[0].scheduler_address, *LIMITS)
+    with open(tmp_path / "killed.log", "w") as log:  # a file: nothing of the killed client is left to read
+        killed = run_cli("grade", submissions, *on_dask, stdout=log, stderr=log)
+        deadline = time.monotonic() + 600
+        while not _journal(out):
+            assert killed.poll() is None and time.monotonic() < deadline, "the moment to kill never came"
+            time.sleep(0.2)
+        killed.kill()
+        assert killed.wait(120) == -signal.SIGKILL
+    kept = _journal(out)
+    final = run_cli("grade", submissions, *on_dask)
+    _, err = final.communicate(timeout=900)
+    assert kept and final.returncode == 0, err[-3000:]
+    reused = re.search(r"(\d+) task\(s\) reused", err)
+    assert reused and int(reused.group(1)) >= len(kept), err[-2000:]
+    assert (out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
+    for st in classroom["students"]:
+        _assert_same_record(out, local_run, st.name)
 
 
 @pytest.mark.slow
@@ -371,3 +409,20 @@ def test_a_replaced_plugins_last_task_cannot_touch_the_next_runs(tmp_path, monke
     assert events == [("start", "old"), ("end", "old", False), ("start", "new"), ("end", "new", True)]
     assert new.work.is_dir()
     asyncio.run(new.teardown(worker))
+
+
+def test_a_zygote_started_inside_a_task_folder_runs_in_its_own(tmp_path, monkeypatch):
+    """A worker's prewarm may start a zygote while a killed client's last task runs on in the same process, inside
+    nbgrader's chdir to that task's folder, which is removed when the task ends: the zygote runs in its own folder
+    (torch._dynamo's import calls os.getcwd(); without it, every recheck of the next run imported torch._dynamo anew
+    and was judged as the student changing torch)."""
+    from autograder.sandbox import client
+
+    task_folder, zygote_folder = tmp_path / "task", tmp_path / "zygote"
+    task_folder.mkdir()
+    zygote_folder.mkdir()
+    monkeypatch.setattr(client, "ZYGOTE_MAIN", "import os; print(os.getcwd()); {argv}")  # where it runs, not a zygote
+    monkeypatch.chdir(task_folder)
+    with open(zygote_folder / "zygote.log", "ab") as log:
+        out, _ = client._spawn([], log, dict(os.environ), subprocess.DEVNULL).communicate(timeout=60)
+    assert out.decode().strip() == str(zygote_folder)

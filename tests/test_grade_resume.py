@@ -7,7 +7,8 @@ summary (the last two at the grader's kill points), before a fifth run is let fi
 tasks finished before a kill are not graded again, nothing of a killed run is left running (each run is started
 under a subreaper, tests/autograder_cases/reaper.py) and no file or folder of a dead run is left in TMPDIR (kernel
 connection files included). Then a late student
-is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused.
+is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused. The same
+resume on a Dask cluster (its client killed): tests/test_grade_dask.py, beside that module's one cluster.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,13 +46,8 @@ pytestmark = [pytest.mark.autograder, pytest.mark.slow,
 
 
 def _students(tmp: Path) -> dict[str, build.Student]:
-    from autograder.course.release import release
-
-    root = tmp / "release-root"
-    shutil.copytree(SOLUTIONS, root / "solutions" / "loop_lab")
-    release(root)
-    chosen = {}
-    for st in build.build_class(SOLUTIONS, root / "notebooks", REPO, tmp / "unused-out"):
+    chosen = {}  # the release is the committed notebooks/ (tests/test_notebooks.py: nbgrader's output, exactly)
+    for st in build.build_class(SOLUTIONS, REPO / "notebooks", REPO, tmp / "unused-out"):
         if st.name in CLASS or st.name == LATE:
             keep = CLASS.get(st.name) or ("01_baseline",)
             st.notebooks = {nb: content for nb, content in st.notebooks.items() if nb in keep}
@@ -232,32 +227,6 @@ def test_nothing_of_a_killed_run_is_left(graded):
     assert not list(scratch.glob("looplab-grade-*")), "a dead run's scratch folder was left in TMPDIR"
     left = sorted(p.name for p in scratch.iterdir())  # tmp*.json: kernel connection files holding an HMAC key
     assert left == [], f"files of killed runs left in TMPDIR: {left}"
-
-
-def test_a_run_killed_on_a_dask_cluster_resumes_there(graded, tmp_path):
-    """The journal is the executor's business too: a run on a loopback Dask cluster, killed after its first task,
-    is finished by the next run on the same cluster, which reuses what was kept and ends equal to the local,
-    uninterrupted run. (Before the late student joins the class: this test comes first.)"""
-    distributed = pytest.importorskip("distributed")
-    out = tmp_path / "out"
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  scheduler_port=0, dashboard_address=":0", memory_limit=0,
-                                  local_directory=str(tmp_path / "dask")) as cluster:
-        on_dask = ("--scheduler", cluster.scheduler_address)
-        run = GraderRun(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
-        _kill_when(run, lambda: len(_journal(out)) >= 1)
-        run.exited(120)
-        kept = _journal(out)
-        run.stop()
-        final = GraderRun(graded["tmp"] / "submissions", out, tmp_path, *on_dask)
-        last = final.exited(900)
-        final.stop()
-    assert kept and last["returncode"] == 0, final.stderr[-3000:]
-    reused = re.search(r"(\d+) task\(s\) reused", final.stderr)
-    assert reused and int(reused.group(1)) >= len(kept), final.stderr[-2000:]
-    assert (out / "grades.csv").read_text() == (graded["reference"] / "grades.csv").read_text()
-    for name in CLASS:
-        _assert_same_record(out, graded["reference"], name)
 
 
 def test_a_late_student_is_graded_alone(graded):

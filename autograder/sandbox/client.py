@@ -39,8 +39,11 @@ def zygote_env(home: Path) -> dict:
 
 
 def _spawn(argv: list[str], log, env: dict, stdin, pass_fds=()) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN.format(argv=argv)], stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True, pass_fds=pass_fds)
+    # in its log's folder, which outlives it, never in ours: a Dask worker may spawn one (a prewarm) while a task's
+    # nbgrader has chdir'ed into that task's folder, removed when the task ends; torch._dynamo's import calls
+    # os.getcwd(), so the zygote lost it and every recheck imported it anew, seen as the student changing torch
+    return subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN.format(argv=argv)], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=log, env=env, cwd=Path(log.name).parent, start_new_session=True, pass_fds=pass_fds)
 
 
 class SharedZygote:

@@ -3,7 +3,9 @@ fails only where the student has work to do, and notebooks/ is exactly what nbgr
 
 Notebooks execute with nbclient in a kernel of this interpreter (a temporary kernelspec pointing at sys.executable,
 so a "python3" kernel of another Python cannot be picked up), ``LAB_MODE=smoke``, two at a time: the executions of
-the tests pytest selected start on first use, longest first, and each test waits for its own.
+the tests pytest selected start on first use, longest first, and each test waits for its own. Each kernel is forked
+from a server that imported torch once (tests/forked_kernels.py: what it preloads, and why a notebook still imports
+everything that looks at the kernel itself).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+import forked_kernels
 from autograder.layout import ASSIGNMENT
 from autograder.course.release import generate
 from labutils import amp, exercises, lesson
@@ -66,10 +69,10 @@ def _kernelspec_dir() -> Path:
     return folder
 
 
-def _execute(path: Path, forced_amp: str | None = None) -> Executed:
+def _execute(kernels: type, path: Path, forced_amp: str | None = None) -> Executed:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL, allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(path.parent)}}, kernel_manager_class=kernels)
     started = time.perf_counter()
     client.execute(env={**os.environ, **({"LAB_AMP": forced_amp} if forced_amp else {})})
     return Executed(path, nb, time.perf_counter() - started)
@@ -98,12 +101,15 @@ def executions(request) -> dict[Path, Future]:
     os.environ.update(env)
     for key in ("LAB_ARTIFACTS", "NBGRADER_EXECUTION"):  # tests write no artifacts and run as a student would
         os.environ.pop(key, None)
+    server = forked_kernels.ForkServer(dict(os.environ))
     pool = ThreadPoolExecutor(max_workers=WORKERS)
     order = {name: rank for rank, name in enumerate(SLOWEST_FIRST)}
-    futures = {key: pool.submit(_execute, *key)
+    kernels = forked_kernels.kernel_manager_class(server)
+    futures = {key: pool.submit(_execute, kernels, *key)
                for key in sorted(wanted, key=lambda k: (order.get(k[0].stem, -1), k[0].parent != SOLUTIONS, k[1] or ""))}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
+    server.close()
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)

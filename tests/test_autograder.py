@@ -184,8 +184,9 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     slow = build.read_json(tmp_path / "out" / "slow.json")
     assert "6 s time limit" in slow["tests"][0]["message"]
     for name, how in (("spins", "was interrupted"), ("spins-ignoring-interrupt", "did not stop when interrupted")):
-        assert f"ran past its 4 s limit and {how}" in build.read_json(tmp_path / "out" / f"{name}.json")["tests"][0][
-            "message"], name
+        message = build.read_json(tmp_path / "out" / f"{name}.json")["tests"][0]["message"]
+        # its limit: 4 s, or less where the notebook's 6 s are nearer
+        assert re.search(rf"ran past its \d+ s limit and {how}", message), (name, message)
     assert "kernels warm" in proc.stderr and "slowest" in proc.stderr  # progress is shown
     # one student's single notebook, given by a relative path
     single = os.path.relpath(tmp_path / "subs" / "quick" / "00_toy.ipynb", REPO)

@@ -11,8 +11,8 @@ INSTALLED := $(VENV)/.installed
 lab: $(INSTALLED) data
 	$(PY) -m labutils lab --out artifacts
 
-# The test modules run side by side, each whole on one worker (a module's class-grading fixture is graded once):
-# most of their time is spent waiting on subprocesses, so two share 2 cores well. At most 4 (memory).
+# The test modules run side by side, each whole on one worker (a module's class-grading fixture is graded once).
+# The suite is bound by CPU: -n auto gives one worker per core. At most 4 (memory).
 test: $(INSTALLED) data system
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 

@@ -12,7 +12,6 @@ client is killed (issue 18's resume, on Dask).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -29,7 +28,7 @@ distributed = pytest.importorskip("distributed")
 from autograder.run import distributed as dist  # noqa: E402
 from autograder.channel import RunConfig, Task  # noqa: E402
 
-from autograder_cases import build
+from autograder_cases import build, records
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
@@ -169,32 +168,12 @@ def test_a_killed_worker_loses_no_student(dask_run):
     assert all(t["passed"] for t in record["tests"] if t["notebook"] == "02_scheduler" and t["kind"] == "auto")
 
 
-def _comparable(out: Path, student: str) -> dict:
-    """A student's JSON without what may differ between two runs: timings and where OUT is."""
-    record = json.loads((out / f"{student}.json").read_text())
-    for nb in record["notebooks"].values():
-        nb.pop("seconds")
-        nb.pop("timings")
-        if nb["feedback"]:
-            nb["feedback"] = str(Path(nb["feedback"]).relative_to(out))
-    return record
-
-
-def _assert_same_record(out: Path, reference: Path, student: str) -> None:
-    """The student's JSON in ``out`` equals the reference's; when not, the message shows the tests that differ whole
-    (pytest's diff of the record cuts them)."""
-    got, want = _comparable(out, student), _comparable(reference, student)
-    differing = [(a, b) for a, b in zip(got["tests"], want["tests"]) if a != b]
-    assert got == want, f"{student}: {len(differing)} test(s) differ:\n" + "\n".join(
-        f"got      {a}\nexpected {b}" for a, b in differing[:3])
-
-
 @pytest.mark.slow
 def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
     dask_out = dask_run["out"]
     assert (dask_out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
     for st in classroom["students"]:
-        _assert_same_record(dask_out, local_run, st.name)
+        records.assert_same_record(dask_out, local_run, st.name)
     for kind, pattern in (("feedback", "*.html"), ("autograded", "*.ipynb"), ("submitted", "*")):
         local_files = sorted(p.relative_to(local_run) for p in (local_run / kind).rglob(pattern))
         assert local_files and sorted(p.relative_to(dask_out) for p in (dask_out / kind).rglob(pattern)) \
@@ -234,7 +213,7 @@ def test_a_run_killed_on_a_dask_cluster_resumes_there(cluster, classroom, local_
     assert reused and int(reused.group(1)) >= len(kept), err[-2000:]
     assert (out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
     for st in classroom["students"]:
-        _assert_same_record(out, local_run, st.name)
+        records.assert_same_record(out, local_run, st.name)
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder_cases import build, reaper
+from autograder_cases import build, reaper, records
 
 from autograder.results.journal import KILL_AT
 
@@ -96,26 +96,6 @@ class GraderRun:
 
 def _journal(out: Path) -> set[str]:
     return {p.stem for p in (out / ".journal").glob("*.json")} if (out / ".journal").is_dir() else set()
-
-
-def _comparable(out: Path, student: str) -> dict:
-    """A student's JSON without what differs between two runs: timings and where OUT is."""
-    record = json.loads((out / f"{student}.json").read_text())
-    for nb in record["notebooks"].values():
-        nb.pop("seconds", None)
-        nb.pop("timings", None)
-        if nb.get("feedback"):
-            nb["feedback"] = str(Path(nb["feedback"]).relative_to(out))
-    return record
-
-
-def _assert_same_record(out: Path, reference: Path, student: str) -> None:
-    """The student's JSON in ``out`` equals the reference's; when not, the message shows the tests that differ whole
-    (pytest's diff of the record cuts them)."""
-    got, want = _comparable(out, student), _comparable(reference, student)
-    differing = [(a, b) for a, b in zip(got["tests"], want["tests"]) if a != b]
-    assert got == want, f"{student}: {len(differing)} test(s) differ:\n" + "\n".join(
-        f"got      {a}\nexpected {b}" for a, b in differing[:3])
 
 
 def _kill_when(run: GraderRun, ready, timeout: float = 600, with_workers: bool = False) -> None:
@@ -212,7 +192,7 @@ def test_the_resumed_run_equals_an_uninterrupted_one(graded):
     out, reference = graded["out"], graded["reference"]
     assert (out / "grades.csv").read_text() == (reference / "grades.csv").read_text()
     for name in CLASS:
-        _assert_same_record(out, reference, name)
+        records.assert_same_record(out, reference, name)
     for kind in ("feedback", "autograded"):
         files = sorted(p.relative_to(reference) for p in (reference / kind).rglob("*") if p.is_file())
         assert files and sorted(p.relative_to(out) for p in (out / kind).rglob("*") if p.is_file()) == files
@@ -240,7 +220,7 @@ def test_a_late_student_is_graded_alone(graded):
     assert f"{everyone} task(s) reused" in run.stderr and "1 to grade (1 new)" in run.stderr, run.stderr[-2000:]
     assert {r["student"] for r in build.read_csv(out / "grades.csv")} == {*CLASS, LATE}
     for name in CLASS:
-        _assert_same_record(out, graded["reference"], name)
+        records.assert_same_record(out, graded["reference"], name)
 
 
 def test_a_second_run_on_a_busy_out_is_refused(graded, tmp_path):

@@ -40,14 +40,13 @@ def _notebooks(value) -> set[str]:
 
 
 # The modules that take longest, run first: `--dist loadfile` hands modules to xdist workers in collection order, so one
-# of these started last would run alone at the end. Wall seconds of each in the full suite on this 2-core machine
-# (2026-11-26, the third stop): autograder 224, dask 193, resume 120, confinement_class 86, notebooks ~60 (two kernels
-# at a time), deadlines_exports 52, student_lab 50, doors 47, hostile 46, gradescope 46, grade_course 45 (the tiny
-# class, when it grades it), formgrader 41. A module not listed keeps its place after them.
-LONGEST_FIRST = ("test_autograder.py", "test_grade_dask.py", "test_grade_resume.py", "test_confinement_class.py",
-                 "test_notebooks.py", "test_deadlines_exports.py", "test_student_lab.py", "test_doors.py",
-                 "test_hostile.py", "test_gradescope.py", "test_grade_course.py", "test_formgrader.py",
-                 "test_feedback.py", "test_checks.py")
+# of these started last would run alone at the end. Seconds of each module alone on a loaded 2-core machine (wall,
+# 2026-11-26): dask 517, resume 429, autograder 345, confinement_class 322, doors 171, checks 68; the notebooks and
+# the browser tests (which share one graded class with test_grade_course) several minutes each. A module not listed
+# keeps its place after them.
+LONGEST_FIRST = ("test_grade_dask.py", "test_grade_resume.py", "test_notebooks.py", "test_autograder.py",
+                 "test_confinement_class.py", "test_doors.py", "test_student_lab.py", "test_formgrader.py",
+                 "test_hostile.py", "test_feedback.py", "test_grade_course.py", "test_checks.py")
 
 
 def _longest_first(items) -> None:

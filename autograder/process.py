@@ -46,3 +46,35 @@ def within(seconds: float, body: Callable[[], object]) -> str:
     if not finished:
         return "timed out"
     return "done" if os.waitstatus_to_exitcode(status) == 0 else "failed"
+
+
+class ForkedChild:
+    """The parent's handle on a :func:`fork_child`: ``pid``, :meth:`poll` and :meth:`wait` as a ``subprocess.Popen``
+    has them, for a child that was forked rather than started from a command line."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code; raises ``subprocess.TimeoutExpired`` when the child still runs after ``timeout`` s."""
+        import select
+        import subprocess
+
+        if self.poll() is None and timeout is not None:
+            pidfd = os.pidfd_open(self.pid)
+            try:
+                if not select.select([pidfd], [], [], timeout)[0]:
+                    raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            finally:
+                os.close(pidfd)
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode

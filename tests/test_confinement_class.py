@@ -28,6 +28,7 @@ import pytest
 
 from autograder.course.submissions import student_id
 from autograder.results.csvcells import FORMULA_STARTS
+from autograder.run.worker import NAME as WORKER_NAME  # its workers are forks with the grader's command line
 from autograder.sandbox import isolation
 
 from autograder_cases import build, reaper
@@ -248,7 +249,7 @@ class PeakMemory:
     def _watch(self) -> None:
         while not self.stopped:
             for p in reaper.below(self.root):
-                kind = "worker" if "autograder.run.worker" in p["cmdline"] else \
+                kind = "worker" if p["comm"] == WORKER_NAME else \
                     "grader" if "-m autograder grade" in p["cmdline"] else None
                 if kind:
                     self.peak_mb[kind] = max(self.peak_mb.get(kind, 0), _hwm_mb(p["pid"]))

@@ -28,6 +28,7 @@ import pytest
 from autograder_cases import build, reaper, records
 
 from autograder.results.journal import KILL_AT
+from autograder.run.worker import NAME as WORKER_NAME  # its workers are forks with the grader's command line
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
@@ -72,7 +73,8 @@ class GraderRun:
                                      stdout=subprocess.PIPE, text=True)
 
     def grader_pid(self) -> int | None:
-        return next((p["pid"] for p in reaper.below(self.proc.pid) if " -m autograder grade " in p["cmdline"]), None)
+        return next((p["pid"] for p in reaper.below(self.proc.pid)
+                     if " -m autograder grade " in p["cmdline"] and p["comm"] != WORKER_NAME), None)
 
     def exited(self, timeout: float) -> dict:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -107,7 +109,7 @@ def _kill_when(run: GraderRun, ready, timeout: float = 600, with_workers: bool =
         time.sleep(0.2)
     pid = run.grader_pid()
     assert pid is not None, "the grader had already exited"
-    workers = [p["pid"] for p in reaper.below(run.proc.pid) if "autograder.run.worker" in p["cmdline"]]
+    workers = [p["pid"] for p in reaper.below(run.proc.pid) if p["comm"] == WORKER_NAME]
     for victim in [pid, *(workers if with_workers else [])]:
         os.kill(victim, signal.SIGKILL)
 

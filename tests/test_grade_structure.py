@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import subprocess
 import sys
 import textwrap
@@ -289,6 +290,44 @@ def test_the_pool_starts_the_slowest_notebooks_first():
     assert order == [("00_data_tour", "al"), ("00_data_tour", "bo"), ("99_unknown", "al"), ("99_unknown", "bo"),
                      ("04_accumulation", "al"), ("04_accumulation", "bo")]
     assert cost("99_unknown") == 1.0 and max((n.id for n in NOTEBOOKS), key=cost) == "00_data_tour"
+
+
+FORKED_WORKER = """
+import json, os, sys
+from autograder.run import worker
+
+others = os.pipe()  # what the grader holds besides: another worker's task pipe, the OUT lock
+lock = open(sys.argv[1], "w")
+tasks, results, zygote = os.pipe(), os.pipe(), os.pipe()
+log = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT)
+pid = os.fork()
+if pid == 0:
+    moved = worker._own_process(tasks[0], results[1], log, zygote[0], os.getppid())
+    print("a stray print")
+    os.write(moved[1], json.dumps({"moved": moved, "open": sorted(map(int, os.listdir("/proc/self/fd"))),
+                                   "comm": open("/proc/self/comm").read().strip(),
+                                   "own_session": os.getsid(0) == os.getpid()}).encode())
+    os._exit(0)
+os.close(results[1])
+os.close(others[1])
+seen = json.loads(os.read(results[0], 100000))
+seen["other_pipe_ended"] = os.read(others[0], 1) == b""  # no copy of its write end is left open in the worker
+os.waitpid(pid, 0)
+print(json.dumps(seen))
+"""
+
+
+def test_a_forked_worker_keeps_only_its_own_files(tmp_path):
+    """A local worker is a fork of the grader (it inherits the plan's imports): it must hold none of the grader's
+    files, or closing one worker's task pipe would not end it while another worker held a copy."""
+    proc = subprocess.run([sys.executable, "-c", FORKED_WORKER, str(tmp_path / "lock"), str(tmp_path / "worker.log")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout)
+    assert seen["moved"] == [3, 4, 5]
+    assert seen["open"] == [0, 1, 2, 3, 4, 5, 6]  # 6: the listing's own
+    assert seen["other_pipe_ended"] and seen["own_session"] and seen["comm"] == "looplab-worker"
+    assert (tmp_path / "worker.log").read_text() == "a stray print\n"
 
 
 # --- one place for every grading option ---------------------------------------------------------------------------------

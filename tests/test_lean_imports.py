@@ -7,8 +7,9 @@ import sys
 
 from labutils import lean_imports
 
-# what each kind of process imports first: the grader and every command, a local worker, the zygote, Gradescope's
-ENTRY_POINTS = ("autograder.cli", "autograder.run.worker", "autograder.sandbox.zygote", "autograder.gradescope")
+# what each kind of process imports first: the grader and every command (its local workers are its forks), the
+# zygote, Gradescope's
+ENTRY_POINTS = ("autograder.cli", "autograder.sandbox.zygote", "autograder.gradescope")
 PROBE = """
 import importlib, sys
 for name in {entry_points!r}:

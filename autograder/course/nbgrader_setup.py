@@ -83,16 +83,7 @@ def fast_alembic_version() -> None:
     nbgrader.api.get_alembic_version = get_alembic_version
 
 
-def skip_iri_grammar() -> None:
-    """jsonschema (under nbformat) builds an IRI grammar with lark when ``rfc3987_syntax`` is installed: ~1.2 s of
-    CPU in every grading process, for a JSON-schema format ("iri") no notebook schema uses. Call before nbformat is
-    imported; only in the grader's own processes (never in the zygote, whose forks run student code)."""
-    if "jsonschema" not in sys.modules:
-        sys.modules.setdefault("rfc3987_syntax", None)  # None: its import raises ImportError, which jsonschema skips
-
-
 def prepare_tools() -> None:
-    """Once per grading process (the parent, a worker), before nbformat is imported and nbgrader opens a gradebook."""
-    skip_iri_grammar()
+    """Once per grading process (the parent, a worker), before nbgrader opens a gradebook."""
     ensure_tools_on_path()
     fast_alembic_version()

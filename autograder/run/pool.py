@@ -1,4 +1,4 @@
-"""Local grading: ``-j`` worker processes (:mod:`autograder.run.worker`) fed (student, notebook) tasks longest-first,
+"""Local grading: ``-j`` worker processes (:mod:`autograder.run.worker`, forked from the grader) fed (student, notebook) tasks longest-first,
 and the one shared zygote they fork their kernels from. :class:`LocalExecutor` is the "run" step of
 :func:`autograder.grade.grade` on this machine.
 
@@ -15,11 +15,12 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from autograder import channel
+from autograder import channel, process
 from labutils.exercises import grading_cost
 
 from autograder.channel import Result, RunConfig, Task, WorkerReady
@@ -40,32 +41,36 @@ def cost(notebook: str) -> float:
 
 
 class Worker:
-    """One ``python -m autograder.run.worker`` process; started early (its imports overlap the parent's set-up) and given
-    the run's configuration when it is known."""
+    """One grading process (:mod:`autograder.run.worker`), forked from the grader once the plan is made, and given
+    the run's configuration."""
 
-    def __init__(self, index: int, log_dir: Path, zygote: SharedZygote, run: RunConfig | None = None):
+    def __init__(self, index: int, log_dir: Path, zygote: SharedZygote, run: RunConfig, warm: bool):
         self.index = index
-        self.log = open(log_dir / f"worker-{index}.log", "ab")
+        tasks_r, tasks_w = os.pipe()
+        results_r, results_w = os.pipe()
+        log = os.open(log_dir / f"worker-{index}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        sys.stdout.flush()  # what the grader printed is not printed again by the child
+        sys.stderr.flush()
+        grader = os.getpid()
+        from . import worker  # its imports (nbgrader, nbconvert) are the plan's: made by now, not at start-up
+
         with zygote.attach() as conn:  # the worker's private line to the zygote: inherited, never named
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autograder.run.worker", "--zygote-fd", str(conn.fileno()),
-                 "--parent", str(os.getpid())],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, start_new_session=True,
-                cwd=str(log_dir), pass_fds=(conn.fileno(),),
-            )
-        self.reader = channel.LineReader(self.proc.stdout.fileno())
+            pid = process.fork_child(lambda: worker.serve(tasks_r, results_w, log, conn.fileno(), grader, log_dir,
+                                                          warm))
+        for fd in (tasks_r, results_w, log):
+            os.close(fd)
+        self.proc = process.ForkedChild(pid)
+        self.tasks = os.fdopen(tasks_w, "wb")
+        self.results = os.fdopen(results_r, "rb")
+        self.reader = channel.LineReader(self.results.fileno())
         self.ready = False
-        if run is not None:
-            self.configure(run)
         self.task: Task | None = None
         self.started = 0.0
-
-    def configure(self, run: RunConfig) -> None:
-        channel.send(self.proc.stdin, run)
+        channel.send(self.tasks, run)
 
     def send(self, task: Task) -> None:
         self.task, self.started = task, time.monotonic()
-        channel.send(self.proc.stdin, task)
+        channel.send(self.tasks, task)
 
     def read(self) -> list | None:
         """The messages available now; None when the worker has exited."""
@@ -77,11 +82,15 @@ class Worker:
         except OSError:
             pass
         self.proc.wait()
-        self.log.close()
+        for pipe in (self.tasks, self.results):
+            try:
+                pipe.close()
+            except OSError:
+                pass  # a task the worker died before reading
 
     def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            self.tasks.close()
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             pass
@@ -106,22 +115,30 @@ def _order(tasks: list[Task]) -> list[Task]:
     return sorted(tasks, key=lambda t: (-cost(t.notebook), t.student, t.notebook))
 
 
-def run_pool(tasks: list[Task], run: RunConfig, workers: list[Worker], work: Path, zygote: SharedZygote,
-             hard_limit: float, on_result: OnResult) -> None:
+def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: SharedZygote, hard_limit: float,
+             on_result: OnResult) -> None:
+    """Grade ``tasks`` on ``jobs`` workers (no more than there are tasks), each replaced when it dies or hangs."""
     pending = deque(_order(tasks))
     sel = selectors.DefaultSelector()
+    warm = len(tasks) > jobs  # some worker gets a second task: warm its feedback exporter once, here, for all
+    if warm:
+        from .task import warm_feedback
+        try:
+            warm_feedback()
+        except Exception:
+            traceback.print_exc()  # a courtesy: the pages render cold
 
     def spawn(i: int) -> Worker:
-        w = Worker(i, work, zygote, run)
-        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+        w = Worker(i, work, zygote, run, warm)
+        sel.register(w.results, selectors.EVENT_READ, w)
         return w
 
-    for w in workers:
-        w.configure(run)
-        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+    workers: list[Worker] = []
+    for i in range(min(jobs, len(tasks))):
+        workers.append(spawn(i))
 
     def retire(w: Worker, reason: str) -> None:
-        sel.unregister(w.proc.stdout)
+        sel.unregister(w.results)
         if w.task is not None:
             on_result(Result.failed(w.task, reason), time.monotonic() - w.started)
             w.task = None
@@ -158,7 +175,7 @@ def run_pool(tasks: list[Task], run: RunConfig, workers: list[Worker], work: Pat
     finally:
         for w in workers:
             try:
-                sel.unregister(w.proc.stdout)
+                sel.unregister(w.results)
             except (KeyError, ValueError):
                 pass
             w.close()
@@ -175,21 +192,20 @@ class LocalExecutor:
     def __init__(self, jobs: int):
         self.jobs = jobs
         self.zygote: SharedZygote | None = None
-        self.workers: list[Worker] = []
 
     def start(self, work: Path) -> None:
-        """The zygote and one worker, whose imports overlap the parent's set-up; the other workers are started by
-        :meth:`run`, once the number of tasks is known (a worker's imports cost ~2 s of CPU: a run of one notebook
-        needs one worker whatever ``-j`` says)."""
+        """The zygote, whose imports (torch: seconds) overlap the parent's set-up. The workers are forked by
+        :meth:`run`, once the plan is made and the number of tasks known: they inherit the imports the plan needed
+        (a worker that made its own spent ~1.7 s of CPU on them), and a run of one notebook forks one whatever ``-j``
+        says."""
         self.work = work
         self.zygote = SharedZygote(work)
-        self.workers = [Worker(0, work, self.zygote)]
 
     def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
         if not tasks:
+            self.zygote.close()  # a run with nothing to grade (all reused): its warm-up would be CPU for nothing
+            self.zygote = None
             return
-        self.workers += [Worker(i, self.work, self.zygote) for i in range(len(self.workers), min(self.jobs,
-                                                                                                  len(tasks)))]
         info = self.zygote.wait_ready()
         floor = info.vm_mb + KERNEL_HEADROOM_MB
         if run.memory_mb < floor:
@@ -200,11 +216,8 @@ class LocalExecutor:
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
         run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir)
         hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
-        run_pool(tasks, run, self.workers, self.work, self.zygote, hard_limit, on_result)
+        run_pool(tasks, run, self.jobs, self.work, self.zygote, hard_limit, on_result)
 
     def close(self) -> None:
-        for w in self.workers:
-            if w.proc.poll() is None:
-                w.close()
         if self.zygote is not None:
             self.zygote.close()

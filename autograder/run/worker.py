@@ -1,14 +1,18 @@
 """One local grading process: takes tasks and grades each with :func:`autograder.run.task.grade_task`.
 
-Started by :mod:`autograder.run.pool`, one per ``-j``. Over :mod:`autograder.channel`: the first message on stdin is the
-run's :class:`~autograder.channel.RunConfig`, then one :class:`~autograder.channel.Task` per line; back on the
-original stdout, :class:`~autograder.channel.WorkerReady` once its zygote answers, then one
-:class:`~autograder.channel.Result` per task (everything else goes to stderr, which the pool keeps as a log).
+Forked from the grader by :mod:`autograder.run.pool`, one per ``-j``, once the run's plan is made: it inherits what
+the grader imported to make that plan (nbgrader, nbconvert, nbformat: ~1.7 s of CPU that a worker started from the
+command line spent again, each) and, before anything else, leaves the grader's state behind (:func:`_own_process`).
+Over :mod:`autograder.channel`: the first message on its task pipe is the run's :class:`~autograder.channel.RunConfig`,
+then one :class:`~autograder.channel.Task` per line; back on its result pipe, :class:`~autograder.channel.WorkerReady`
+once its zygote answers, then one :class:`~autograder.channel.Result` per task (everything else goes to its log).
 """
 
 from __future__ import annotations
 
-import logging
+import ctypes
+import fcntl
+import gc
 import os
 import sys
 import traceback
@@ -16,38 +20,55 @@ from pathlib import Path
 
 from autograder import channel
 from autograder.channel import Result, RunConfig, Task, WorkerReady
-from autograder.course.nbgrader_setup import prepare_tools
 from autograder.sandbox.client import connect
 from autograder.sandbox.policy import die_with_parent
 from .scratch import passable_folder
+from .task import grade_task, warm_feedback
+
+NAME = "looplab-worker"  # its name in ps -o comm and /proc/PID/comm (its command line is the grader's)
+_PR_SET_NAME = 15
+_FIRST_FREE_FD = 10
 
 
-def _number(flag: str) -> int | None:
-    """The pool's ``FLAG N``: ``--zygote-fd`` (the socket to the run's shared zygote) and ``--parent`` (the grader)."""
-    args = sys.argv[1:]
-    return int(args[args.index(flag) + 1]) if flag in args else None
+def _own_process(tasks: int, results: int, log: int, zygote: int, grader: int) -> tuple[int, int, int]:
+    """Make this fork of the grader a worker of its own: a session of its own (the pool kills it with everything
+    below it), dead with the grader, its log as stdout and stderr, and no file of the grader's left open (another
+    worker's pipe held here would keep that worker from seeing its end). The grader's objects are frozen, never
+    collected here: one that owned a file descriptor closed here must not close a reused number later.
+    Returns (tasks, results, zygote), moved to the descriptors 3, 4 and 5."""
+    gc.freeze()
+    os.setsid()
+    die_with_parent(grader)
+    ctypes.CDLL(None).prctl(_PR_SET_NAME, NAME.encode(), 0, 0, 0)
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, _FIRST_FREE_FD) for fd in (log, tasks, results, zygote)]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for target, fd in ((1, moved[0]), (2, moved[0]), (3, moved[1]), (4, moved[2]), (5, moved[3])):
+        os.dup2(fd, target)
+    os.closerange(6, os.sysconf("SC_OPEN_MAX"))
+    return 3, 4, 5
 
 
-def main() -> None:
-    die_with_parent(_number("--parent"))  # a grader killed with SIGKILL takes its workers along
-    results = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
+def serve(tasks_fd: int, results_fd: int, log_fd: int, zygote_fd: int, grader: int, log_dir: Path,
+          warm: bool) -> None:
+    """The worker's life, in the forked child: its tasks until the grader closes the pipe. ``warm``: the grader
+    warmed the feedback exporter before forking (it had more tasks than workers), so every page renders warm;
+    otherwise a worker warms it before its second task."""
+    tasks_fd, results_fd, zygote_fd = _own_process(tasks_fd, results_fd, log_fd, zygote_fd, grader)
+    os.chdir(log_dir)
     sys.stdout = sys.stderr
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
-    prepare_tools()
-    from .task import grade_task, warm_feedback  # nbgrader and nbconvert: imported while the parent prepares
-
-    requests = os.fdopen(os.dup(0), "rb")
+    results = os.fdopen(results_fd, "wb")
+    requests = os.fdopen(tasks_fd, "rb")
     try:
         run = channel.receive(requests, RunConfig)
     except EOFError:
         return  # the parent had nothing for us
     os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(Path(run.work_dir) / f"runtime-{os.getpid()}"))
-    zygote = connect(run, _number("--zygote-fd"))
+    zygote = connect(run, zygote_fd)
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
     for graded, line in enumerate(requests):
         task = channel.decode(line, Task)
-        if graded == 1:  # a worker with more than one task: every later feedback page renders warm
+        if graded == 1 and not warm:  # a worker with more than one task: every later feedback page renders warm
             try:
                 warm_feedback()
             except Exception:
@@ -61,7 +82,3 @@ def main() -> None:
             result = Result.failed(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         channel.send(results, result)
     zygote.close()
-
-
-if __name__ == "__main__":
-    main()

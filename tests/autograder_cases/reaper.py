@@ -20,7 +20,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 def below(root: int) -> list[dict]:
-    """Every living process below ``root`` (zombies left out), with its command line."""
+    """Every living process below ``root`` (zombies left out), with its command line and its name (``comm``: a
+    grader's workers are its forks, named ``looplab-worker``, with the grader's command line)."""
     children: dict[int, list[int]] = {}
     state: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
@@ -36,13 +37,20 @@ def below(root: int) -> list[dict]:
         for pid in children.get(todo.pop(), []):
             todo.append(pid)
             if state[pid] != "Z":
-                found.append({"pid": pid, "cmdline": _cmdline(pid)})
+                found.append({"pid": pid, "cmdline": _cmdline(pid), "comm": _comm(pid)})
     return found
 
 
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+    except OSError:
+        return "?"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
 

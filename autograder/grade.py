@@ -180,11 +180,12 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     executor = executor or LocalExecutor(opts.jobs)
     try:
         executor.start(work)  # warm-up first: its imports run while this process builds the gradebook
-        the_plan = plan(submissions, out, opts, source, work)
+        version = assignment_version(root, source)
+        the_plan = plan(submissions, out, opts, source, work, version)
         the_plan.deadlines = deadlines
         outcomes = dict(the_plan.decided)
         kept, reuse_notes = journal.Journal(the_plan.out), []
-        keys = _reuse_kept(the_plan, kept, outcomes, opts, root, source, reuse_notes.append)
+        keys = _reuse_kept(the_plan, kept, outcomes, opts, version, reuse_notes.append)
         (the_plan.out / "grading.log").unlink(missing_ok=True)
         progress = Progress({s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students},
                             started, the_plan.out / "grading.log")
@@ -223,24 +224,28 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         out_lock.close()
 
 
-def run_key(opts: GradeOptions, root: Path, source: Path) -> str:
-    """What decides every task's grade besides the student's files: the assignment's source, the grader's code and
-    nbgrader's version, and the options that change a verdict (time and memory limits)."""
+def assignment_version(root: Path, source: Path) -> list[str]:
+    """What the template course is made from: the assignment's source, the grader's code and nbgrader's version."""
     import nbgrader
 
     from .layout import code_version
 
-    return json.dumps([journal.folder_hash(source), code_version(root), nbgrader.__version__, opts.cell_timeout,
-                       opts.notebook_timeout, opts.memory_mb])
+    return [journal.folder_hash(source), code_version(root), nbgrader.__version__]
 
 
-def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: GradeOptions, root: Path, source: Path,
+def run_key(opts: GradeOptions, version: list[str]) -> str:
+    """What decides every task's grade besides the student's files: the assignment's ``version``
+    (:func:`assignment_version`) and the options that change a verdict (time and memory limits)."""
+    return json.dumps([*version, opts.cell_timeout, opts.notebook_timeout, opts.memory_mb])
+
+
+def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: GradeOptions, version: list[str],
                 say) -> dict[str, str]:
     """Take from OUT's journal every task graded before whose files and grader are unchanged (all of them regraded
     with ``--regrade``, or those of its students); leave the rest in ``the_plan.tasks``. Each task's key."""
     if opts.regrade is not None:
         kept.forget([t.id for t in the_plan.tasks if t.student in opts.regrade] if opts.regrade else None)
-    common = run_key(opts, root, source)
+    common = run_key(opts, version)
     keys, todo, why = {}, [], {}
     for task in the_plan.tasks:
         keys[task.id] = journal.task_key(common, Path(task.path), [(e.name, Path(e.path)) for e in task.extra_files])
@@ -258,16 +263,17 @@ def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: Gra
     return keys
 
 
-def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path) -> Plan:
-    """The gradebooks (a template for the tasks, the real one for the results), the submissions, the tasks."""
-    from .course.release import generate_gradebook
+def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path, version: list[str]) -> Plan:
+    """The gradebooks (a template for the tasks, the real one for the results), the submissions, the tasks.
+    ``version``: what the template is made from (:func:`assignment_version`)."""
+    from .course.release import generate_gradebook, template_course
     from .course.submissions import discover
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     template_db = work / "template" / "gradebook.db"
     t0 = time.monotonic()
-    notebooks = generate_gradebook(source, work / "template", sqlite_url(template_db))
+    notebooks = template_course(source, work / "template", json.dumps(version))
     t1 = time.monotonic()
     db_url = database_url(opts.db_url or sqlite_url(out / "gradebook.db"))
     new_file = _new_sqlite_file(db_url)

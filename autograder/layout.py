@@ -7,6 +7,7 @@ client and formgrader's course; each once wrote its own copy, and a copy that dr
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
@@ -32,6 +33,13 @@ def code_version(root: Path = REPO_ROOT) -> str:
                     h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
         _VERSIONS[key] = h.hexdigest()[:16]
     return _VERSIONS[key]
+
+
+def grader_cache_dir() -> Path:
+    """What grading runs of the same assignment share (its template course, hidden tests and all):
+    ``LOOPLAB_GRADER_CACHE``, default ``~/.cache/looplab-grader``. The grader's alone: never under a folder a kernel
+    may read (the data's cache is one, ``labutils.data.cache_dir``)."""
+    return Path(os.environ.get("LOOPLAB_GRADER_CACHE") or Path.home() / ".cache" / "looplab-grader")
 
 
 def reference_dir(root: Path = REPO_ROOT) -> Path:

@@ -13,6 +13,7 @@ needs none, and grading builds its own from ``solutions/``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tempfile
@@ -22,8 +23,8 @@ from nbgrader import utils as nbgrader_utils
 from nbgrader.converters import GenerateAssignment
 from nbgrader.preprocessors import ClearSolutions, SaveCells
 
-from ..layout import ASSIGNMENT
-from .nbgrader_setup import nbgrader_config, run_converter
+from ..layout import ASSIGNMENT, grader_cache_dir
+from .nbgrader_setup import nbgrader_config, run_converter, sqlite_url
 BARE_STUB = "raise NotImplementedError()"
 _DEF = re.compile(r"^\s*def\s+(\w+)\s*\(")
 
@@ -74,16 +75,46 @@ def generate_gradebook(solutions: Path, course: Path, db_url: str) -> list[str]:
     """generate_assignment with the gradebook writer, in the course at ``course``: the gradebook then holds exactly
     the cells the students were given (test cells, their points, the instructor's source of every locked cell).
     Returns the notebook ids in the gradebook."""
-    from nbgrader.api import Gradebook
-
     if not (Path(course) / "source" / ASSIGNMENT).exists():
         copy_source(solutions, course)
     c = nbgrader_config(course, db_url)
     c.GenerateAssignment.force = True
     c.GenerateAssignment.preprocessors = _preprocessors(gradebook=True)
     run_converter(GenerateAssignment, c)
+    return gradebook_notebooks(db_url)
+
+
+def gradebook_notebooks(db_url: str) -> list[str]:
+    """The notebook ids of the assignment in the gradebook at ``db_url``."""
+    from nbgrader.api import Gradebook
+
     with Gradebook(db_url) as gb:
         return sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
+
+
+def template_course(solutions: Path, course: Path, version: str) -> list[str]:
+    """:func:`generate_gradebook` into the new folder ``course`` (``gradebook.db`` and the ``source/`` and
+    ``release/`` folders the graded course is made from), copied from the grader's cache when a run made it from the
+    same ``version`` (the source, the grader's code and nbgrader: :func:`autograder.grade.assignment_version`), else
+    generated and cached. Generating it is nbgrader's converter over every notebook: 1.4-2 s of CPU in each run and
+    re-run. The cache is the grader's own folder (:func:`autograder.layout.grader_cache_dir`): it holds hidden tests,
+    so never a folder a kernel may read."""
+    cached = grader_cache_dir() / "courses" / hashlib.sha256(version.encode()).hexdigest()[:32]
+    if cached.is_dir():
+        shutil.copytree(cached, course)
+        return gradebook_notebooks(sqlite_url(Path(course) / "gradebook.db"))
+    notebooks = generate_gradebook(solutions, course, sqlite_url(Path(course) / "gradebook.db"))
+    try:
+        cached.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix="partial-", dir=cached.parent))
+    except OSError:
+        return notebooks  # no cache here (a read-only HOME): the next run generates it again
+    try:
+        shutil.copytree(course, partial, dirs_exist_ok=True)
+        partial.rename(cached)  # whole or not at all
+    except OSError:  # another run's copy came first (or the disk is full): ours is not needed
+        shutil.rmtree(partial, ignore_errors=True)
+    return notebooks
 
 
 def generate(solutions: Path, out: Path) -> list[Path]:

@@ -1,5 +1,5 @@
-"""Local grading: ``-j`` worker processes (:mod:`autograder.run.worker`, forked from the grader) fed (student, notebook) tasks longest-first,
-and the one shared zygote they fork their kernels from. :class:`LocalExecutor` is the "run" step of
+"""Local grading: ``-j`` worker processes (:mod:`autograder.run.worker`, forks of the grader) fed (student, notebook)
+tasks longest-first, and the one shared zygote they fork their kernels from. :class:`LocalExecutor` is the "run" step of
 :func:`autograder.grade.grade` on this machine.
 
 A worker that dies, or whose task runs past the hard limit, is killed with everything below it and replaced; its
@@ -44,7 +44,7 @@ class Worker:
     """One grading process (:mod:`autograder.run.worker`), forked from the grader once the plan is made, and given
     the run's configuration."""
 
-    def __init__(self, index: int, log_dir: Path, zygote: SharedZygote, run: RunConfig, warm: bool):
+    def __init__(self, index: int, log_dir: Path, zygote: SharedZygote, run: RunConfig):
         self.index = index
         tasks_r, tasks_w = os.pipe()
         results_r, results_w = os.pipe()
@@ -55,8 +55,7 @@ class Worker:
         from . import worker  # its imports (nbgrader, nbconvert) are the plan's: made by now, not at start-up
 
         with zygote.attach() as conn:  # the worker's private line to the zygote: inherited, never named
-            pid = process.fork_child(lambda: worker.serve(tasks_r, results_w, log, conn.fileno(), grader, log_dir,
-                                                          warm))
+            pid = process.fork_child(lambda: worker.serve(tasks_r, results_w, log, conn.fileno(), grader, log_dir))
         for fd in (tasks_r, results_w, log):
             os.close(fd)
         self.proc = process.ForkedChild(pid)
@@ -120,16 +119,16 @@ def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: S
     """Grade ``tasks`` on ``jobs`` workers (no more than there are tasks), each replaced when it dies or hangs."""
     pending = deque(_order(tasks))
     sel = selectors.DefaultSelector()
-    warm = len(tasks) > jobs  # some worker gets a second task: warm its feedback exporter once, here, for all
-    if warm:
+    if len(tasks) > jobs:  # a worker gets a second task: warm the feedback exporter once, here, for every worker
         from .task import warm_feedback
+
         try:
             warm_feedback()
         except Exception:
             traceback.print_exc()  # a courtesy: the pages render cold
 
     def spawn(i: int) -> Worker:
-        w = Worker(i, work, zygote, run, warm)
+        w = Worker(i, work, zygote, run)
         sel.register(w.results, selectors.EVENT_READ, w)
         return w
 

@@ -203,11 +203,13 @@ def _generate_feedback(course: Path, task: Task) -> None:
 
 
 def warm_feedback() -> None:
-    """Render a made-up notebook with the feedback page's exporter, once, in the process that forks the renders.
+    """Render a made-up notebook with the feedback page's exporter, once, in a process that forks the renders (or
+    forks the workers that do).
 
     Each page is rendered in a forked child (:func:`_feedback_or_note`), so what nbconvert compiles on first use (its
     regexes, Pygments' lexer, the Jinja templates) was compiled again for every task: 0.8 s of CPU per page cold,
-    0.5 s in a child of a warmed process, for 0.45 s once (measured). A worker calls this before its second task."""
+    0.5 s in a child of a warmed process, for 0.45 s once (measured). The grader calls it before forking its workers
+    when one of them will get a second task."""
     import nbformat
     from nbconvert.exporters import HTMLExporter
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor

@@ -23,7 +23,7 @@ from autograder.channel import Result, RunConfig, Task, WorkerReady
 from autograder.sandbox.client import connect
 from autograder.sandbox.policy import die_with_parent
 from .scratch import passable_folder
-from .task import grade_task, warm_feedback
+from .task import grade_task
 
 NAME = "looplab-worker"  # its name in ps -o comm and /proc/PID/comm (its command line is the grader's)
 _PR_SET_NAME = 15
@@ -49,11 +49,8 @@ def _own_process(tasks: int, results: int, log: int, zygote: int, grader: int) -
     return 3, 4, 5
 
 
-def serve(tasks_fd: int, results_fd: int, log_fd: int, zygote_fd: int, grader: int, log_dir: Path,
-          warm: bool) -> None:
-    """The worker's life, in the forked child: its tasks until the grader closes the pipe. ``warm``: the grader
-    warmed the feedback exporter before forking (it had more tasks than workers), so every page renders warm;
-    otherwise a worker warms it before its second task."""
+def serve(tasks_fd: int, results_fd: int, log_fd: int, zygote_fd: int, grader: int, log_dir: Path) -> None:
+    """The worker's life, in the forked child: its tasks until the grader closes the pipe."""
     tasks_fd, results_fd, zygote_fd = _own_process(tasks_fd, results_fd, log_fd, zygote_fd, grader)
     os.chdir(log_dir)
     sys.stdout = sys.stderr
@@ -66,13 +63,8 @@ def serve(tasks_fd: int, results_fd: int, log_fd: int, zygote_fd: int, grader: i
     os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(Path(run.work_dir) / f"runtime-{os.getpid()}"))
     zygote = connect(run, zygote_fd)
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
-    for graded, line in enumerate(requests):
+    for line in requests:
         task = channel.decode(line, Task)
-        if graded == 1 and not warm:  # a worker with more than one task: every later feedback page renders warm
-            try:
-                warm_feedback()
-            except Exception:
-                traceback.print_exc()  # a courtesy: the pages render cold
         if not zygote.alive():
             zygote.close()
             zygote = connect(run)  # the shared zygote's line is gone for good: a private one

@@ -277,11 +277,13 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     t1 = time.monotonic()
     db_url = database_url(opts.db_url or sqlite_url(out / "gradebook.db"))
     new_file = _new_sqlite_file(db_url)
+    kept = journal.Journal(out)
     if new_file is not None:  # the same generate_assignment as the template's: copy it (saves seconds of CPU)
         new_file.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(template_db, new_file)
-    else:  # another database, or a gradebook that already holds grades: nbgrader updates it in place
-        generate_gradebook(source, work / "instructor", db_url)
+    elif not _gradebook_current(kept, db_url, version, notebooks):
+        generate_gradebook(source, work / "instructor", db_url)  # another database, or one holding grades: in place
+    kept.gradebook_given(db_url, version)
     t2 = time.monotonic()
     found = discover(Path(submissions).resolve(), notebooks, student=opts.student, intake=work / "handed-in")
     subs = found.submissions
@@ -306,6 +308,19 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     timings = {"template_gradebook_s": t1 - t0, "gradebook_s": t2 - t1, "discover_s": time.monotonic() - t2}
     return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run,
                 timings=timings, refused=found.refused)
+
+
+def _gradebook_current(kept: journal.Journal, db_url: str, version: list[str], notebooks: list[str]) -> bool:
+    """Does the gradebook hold this version of the assignment already (a re-run on the same OUT, nothing changed)?
+    Giving it again is nbgrader's converter over every notebook: 1.4-2 s of CPU in every re-run."""
+    from .course.release import gradebook_notebooks
+
+    if not kept.gradebook_holds(db_url, version):
+        return False
+    try:
+        return gradebook_notebooks(db_url) == notebooks
+    except Exception:  # the assignment is not there (an emptied or replaced database): given again
+        return False
 
 
 def _status(outcome: TaskOutcome) -> str:

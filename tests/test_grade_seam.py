@@ -80,3 +80,42 @@ def test_any_executor_feeds_the_same_collect_step(tmp_path):
 
     with Gradebook(f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}") as gb:
         assert gb.find_submission("loop_lab", "ann").score == 1.0
+
+
+@pytest.mark.slow
+def test_a_rerun_gives_the_gradebook_the_assignment_again_only_when_it_changed(tmp_path, monkeypatch):
+    """A re-run on the same OUT (a late student, a resumed run) finds the gradebook holding this version of the
+    assignment and leaves it; a changed source, or a gradebook emptied since, is given the assignment again."""
+    from autograder.course import release
+
+    source = tmp_path / "source"
+    source.mkdir()
+    nbformat.write(toy_notebook(toy.SOLUTION), source / "00_toy.ipynb")
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    nbformat.write(toy_notebook(toy.CORRECT), tmp_path / "subs" / "ann" / "00_toy.ipynb")
+    monkeypatch.setenv("LOOPLAB_GRADER_CACHE", str(tmp_path / "cache"))
+    given = []
+    real = release.generate_gradebook
+    monkeypatch.setattr(release, "generate_gradebook", lambda *a: given.append(a[2]) or real(*a))
+    out, book = tmp_path / "out", f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}"
+
+    def run(regrade=None):
+        grade(tmp_path / "subs", out, GradeOptions(source=source, cell_timeout=30, regrade=regrade),
+              executor=CannedExecutor({"ann": 1.0}))
+        return [url for url in given if url == book]
+
+    assert run() == []  # a new gradebook: a copy of the template course's
+    assert run(regrade=[]) == []  # the same assignment: left as it is, by a regrade too
+    assert run() == []  # and after it
+    nb = toy_notebook(toy.SOLUTION)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A note added to the assignment."))
+    nbformat.write(nb, source / "00_toy.ipynb")
+    assert run() == [book]  # changed: given again
+    from nbgrader.api import Gradebook
+
+    with Gradebook(book) as gb:
+        gb.remove_assignment("loop_lab")  # emptied by hand since
+    assert run() == [book, book]
+    with open(out / "grades.csv") as f:
+        assert [(r["student"], r["score"]) for r in csv.DictReader(f)] == [("ann", "1")]
+    assert "sqlite" not in (out / ".journal" / "gradebook-assignment").read_text()  # a URL may hold a password

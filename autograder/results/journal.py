@@ -21,7 +21,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from labutils.atomic import write_atomically
 
 JOURNAL = ".journal"
 LOCK = ".grading.lock"
+GRADEBOOK = "gradebook-assignment"  # which assignment version the gradebook was given (not .json: tasks are)
 FILES = {"feedback": ".html", "autograded": ".ipynb"}  # an outcome's files, kept beside it
 
 
@@ -132,11 +132,28 @@ class Journal:
             return None, "a file it kept is missing"
         return outcome, ""
 
+    def gradebook_holds(self, db_url: str, version: list[str]) -> bool:
+        """Did a run on this OUT give the gradebook at ``db_url`` this ``version`` of the assignment?"""
+        try:
+            return json.loads((self.folder / GRADEBOOK).read_text()) == _gradebook_record(db_url, version)
+        except (OSError, ValueError):
+            return False
+
+    def gradebook_given(self, db_url: str, version: list[str]) -> None:
+        """The gradebook at ``db_url`` holds this ``version`` of the assignment now."""
+        write_atomically(self.folder / GRADEBOOK, json.dumps(_gradebook_record(db_url, version)).encode())
+
     def forget(self, task_ids: list[str] | None = None) -> None:
         """Drop the kept outcomes of ``task_ids`` (all when None): ``--regrade``."""
-        if task_ids is None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder.mkdir(parents=True, exist_ok=True)
+        if task_ids is None:  # every task's files; what the gradebook was given stays true
+            for path in self.folder.iterdir():
+                if path.name != GRADEBOOK:
+                    path.unlink(missing_ok=True)
             return
         for task_id in task_ids:
             self._entry(task_id).unlink(missing_ok=True)
+
+
+def _gradebook_record(db_url: str, version: list[str]) -> dict:
+    # the URL hashed: it may hold the database's password, which has no business in OUT
+    return {"db": hashlib.sha256(db_url.encode()).hexdigest(), "version": version}

@@ -181,10 +181,10 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     try:
         executor.start(work)  # warm-up first: its imports run while this process builds the gradebook
         version = assignment_version(root, source)
-        the_plan = plan(submissions, out, opts, source, work, version)
+        kept, reuse_notes = journal.Journal(Path(out).resolve()), []
+        the_plan = plan(submissions, out, opts, source, work, version, kept)
         the_plan.deadlines = deadlines
         outcomes = dict(the_plan.decided)
-        kept, reuse_notes = journal.Journal(the_plan.out), []
         keys = _reuse_kept(the_plan, kept, outcomes, opts, version, reuse_notes.append)
         (the_plan.out / "grading.log").unlink(missing_ok=True)
         progress = Progress({s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students},
@@ -263,9 +263,11 @@ def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: Gra
     return keys
 
 
-def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path, version: list[str]) -> Plan:
+def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path, version: list[str],
+         kept: journal.Journal) -> Plan:
     """The gradebooks (a template for the tasks, the real one for the results), the submissions, the tasks.
-    ``version``: what the template is made from (:func:`assignment_version`)."""
+    ``version``: what the template is made from (:func:`assignment_version`); ``kept``: OUT's journal, which says
+    which version the real gradebook holds."""
     from .course.release import generate_gradebook, template_course
     from .course.submissions import discover
 
@@ -277,7 +279,6 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
     t1 = time.monotonic()
     db_url = database_url(opts.db_url or sqlite_url(out / "gradebook.db"))
     new_file = _new_sqlite_file(db_url)
-    kept = journal.Journal(out)
     if new_file is not None:  # the same generate_assignment as the template's: copy it (saves seconds of CPU)
         new_file.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(template_db, new_file)

@@ -31,21 +31,17 @@ def within(seconds: float, body: Callable[[], object]) -> str:
     """Run ``body`` in a forked child for at most ``seconds``: ``"done"``, ``"failed"`` (it raised; the traceback is
     on stderr) or ``"timed out"`` (killed). For work on a student's text whose time no input check can bound (a
     renderer's regex that is quadratic on some text): the grader goes on after ``seconds`` whatever the text."""
-    import select
     import signal
+    import subprocess
 
-    pid = fork_child(body)
-    pidfd = os.pidfd_open(pid)  # readable when the child ends: a wait with a timeout and no polling loop
+    child = ForkedChild(fork_child(body))
     try:
-        finished = select.select([pidfd], [], [], seconds)[0]
-        if not finished:
-            os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        os.close(pidfd)
-    if not finished:
+        code = child.wait(seconds)
+    except subprocess.TimeoutExpired:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
         return "timed out"
-    return "done" if os.waitstatus_to_exitcode(status) == 0 else "failed"
+    return "done" if code == 0 else "failed"
 
 
 class ForkedChild:
@@ -69,7 +65,7 @@ class ForkedChild:
         import subprocess
 
         if self.poll() is None and timeout is not None:
-            pidfd = os.pidfd_open(self.pid)
+            pidfd = os.pidfd_open(self.pid)  # readable when the child ends: a wait with a timeout, no polling loop
             try:
                 if not select.select([pidfd], [], [], timeout)[0]:
                     raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)

@@ -245,7 +245,7 @@ def solved(notebook: Path):
 def colab(work: Path, log: Path, torch_v: str, vision_v: str) -> dict:
     sys.path.insert(0, str(ROOT))
     from autograder.course import handout
-    from labutils import data
+    from labutils import data, data_files
 
     venv, info = torch_venv(work, COLAB_PYTHON, torch_v, vision_v, log)
     py = venv / "bin" / "python"
@@ -253,7 +253,7 @@ def colab(work: Path, log: Path, torch_v: str, vision_v: str) -> dict:
     handout.build_handout(content / "loop-lab.zip")
     uploaded = content / "fashion-mnist"  # the student uploaded the four .gz files here
     uploaded.mkdir()
-    for name in data.RAW_FILES:
+    for name in data_files.RAW_FILES:
         shutil.copyfile(data.find_raw_dir() / name, uploaded / name)
     env = {**os.environ, "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(content / "root"),
            "LAB_DATA_DIR": str(uploaded), "LAB_CACHE_DIR": str(content / "root" / ".cache" / "loop_lab")}

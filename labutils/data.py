@@ -11,9 +11,6 @@ batches the uninterrupted run saw.
 
 from __future__ import annotations
 
-import gzip
-import os
-import shutil
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,17 +19,10 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .atomic import atomic_file
+from .data_files import DEBIAN_DIR, cache_dir, find_raw_dir, stage
 
 MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set pixel statistics, the standard normalisation
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
-DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-RAW_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
 SPLIT_SEED = 20240901  # the validation split never changes with the run's seed: runs stay comparable
 VAL_FRACTION = 0.2
 EVAL_BATCH_SIZE = 256  # measured on 2 cores: 12,000 images/s at 256 against 6,800 at 1,000 (cache-sized activations)
@@ -40,35 +30,6 @@ EVAL_BATCH_SIZE = 256  # measured on 2 cores: 12,000 images/s at 256 against 6,8
 
 class DataMissingError(RuntimeError):
     """FashionMNIST could not be found or fetched; the message lists the fixes."""
-
-
-def cache_dir() -> Path:
-    """Where the decompressed copy lives (``LAB_CACHE_DIR``, default ``~/.cache/loop_lab``)."""
-    return Path(os.environ.get("LAB_CACHE_DIR", Path.home() / ".cache" / "loop_lab"))
-
-
-def find_raw_dir() -> Path | None:
-    """The first folder holding the four ``.gz`` IDX files: ``LAB_DATA_DIR``, then Debian's package."""
-    candidates = [Path(os.environ["LAB_DATA_DIR"])] if os.environ.get("LAB_DATA_DIR") else []
-    candidates.append(DEBIAN_DIR)
-    for folder in candidates:
-        if all((folder / name).exists() or (folder / name[:-3]).exists() for name in RAW_FILES):
-            return folder
-    return None
-
-
-def _stage(raw_dir: Path, root: Path) -> None:
-    """Put the IDX files where torchvision's FashionMNIST looks for them: ``root/FashionMNIST/raw``, uncompressed."""
-    target = root / "FashionMNIST" / "raw"
-    target.mkdir(parents=True, exist_ok=True)
-    for name in RAW_FILES:
-        out = target / name[:-3]
-        if out.exists():
-            continue
-        src = raw_dir / name
-        with atomic_file(out) as fout:  # a half-written file never looks like a finished one
-            with gzip.open(src, "rb") if src.exists() else open(raw_dir / name[:-3], "rb") as fin:
-                shutil.copyfileobj(fin, fout)
 
 
 def _missing_data_message(reason: str) -> str:
@@ -88,7 +49,7 @@ def _torchvision_dataset(train: bool):
     root = cache_dir()
     raw_dir = find_raw_dir()
     if raw_dir is not None:
-        _stage(raw_dir, root)
+        stage(raw_dir, root)
         return FashionMNIST(root, train=train, download=False)
     try:
         return FashionMNIST(root, train=train, download=True)
@@ -123,7 +84,7 @@ def load_raw(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return ds.data, ds.targets
     # read here, not by torchvision's FashionMNIST: importing torchvision.datasets costs every process that loads
     # the data (each notebook kernel, each grader) 1.7 s of CPU, and the bytes are the same (tests/test_data.py)
-    _stage(raw_dir, cache_dir())
+    stage(raw_dir, cache_dir())
     folder, prefix = cache_dir() / "FashionMNIST" / "raw", "train" if train else "t10k"
     return read_idx(folder / f"{prefix}-images-idx3-ubyte"), read_idx(folder / f"{prefix}-labels-idx1-ubyte").long()
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from labutils import data
+from labutils import data, data_files
 
 
 def test_split_is_80_20_and_independent_of_the_run_seed():
@@ -80,7 +80,7 @@ def test_lab_data_dir_points_at_any_copy(tmp_path, monkeypatch):
     source = data.find_raw_dir()
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in data.RAW_FILES:  # uncompressed copies are accepted as well as the .gz originals
+    for name in data_files.RAW_FILES:  # uncompressed copies are accepted as well as the .gz originals
         src = source / name
         if src.exists():
             with gzip.open(src) as fin, open(copy / name[:-3], "wb") as fout:
@@ -103,7 +103,7 @@ def test_missing_data_names_the_three_fixes(tmp_path, monkeypatch):
 
     monkeypatch.setenv("LAB_DATA_DIR", str(tmp_path / "nowhere"))
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "no-debian-package")
+    monkeypatch.setattr(data_files, "DEBIAN_DIR", tmp_path / "no-debian-package")
 
     def offline(self):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")  # what torchvision says offline

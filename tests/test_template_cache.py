@@ -69,12 +69,12 @@ def test_without_a_writable_cache_the_course_is_still_made(tmp_path, monkeypatch
 def test_no_kernel_may_read_the_grader_cache(monkeypatch):
     """The cached courses hold the hidden tests: the cache is under no folder a kernel's sandbox may read or list,
     the data's cache among them."""
-    from labutils import data
+    from labutils import data_files
 
     monkeypatch.delenv("LOOPLAB_GRADER_CACHE", raising=False)
     cache = layout.grader_cache_dir().resolve()
     run = RunConfig(template_db="", work_dir="/nowhere", cell_timeout=1, notebook_timeout=1, memory_mb=4096,
-                    threads=1, data_dirs=[str(data.DEBIAN_DIR), str(data.cache_dir())], cache_dir=str(data.cache_dir()))
+                    threads=1, data_dirs=[str(data_files.DEBIAN_DIR), str(data_files.cache_dir())], cache_dir=str(data_files.cache_dir()))
     policy = base_policy(run)
     readable = [Path(p).resolve() for p in [*policy.read_dirs, *policy.list_dirs, *policy.read_files]]
     assert not [p for p in readable if cache == p or cache.is_relative_to(p)], readable

@@ -38,3 +38,52 @@ def test_an_optimizer_the_zygote_cannot_prewarm_is_said(monkeypatch, capsys):
     zygote._prewarm_optimizers()
     assert capsys.readouterr().err.splitlines() == [
         "zygote: could not prewarm Refuses: ValueError('not with these parameters')"]
+
+
+def test_a_fork_of_the_frozen_heap_copies_no_page_to_collect_it():
+    """The zygote freezes what its imports made before it forks: a fork's full garbage collection then walks none of
+    it, so it copies none of its pages (without it: 0.27 s of CPU and 24,000 page faults per kernel, torch loaded)."""
+    import gc
+    import os
+    import resource
+
+    from autograder.sandbox import zygote
+
+    heap = [{"n": i} for i in range(300_000)]  # what the imports leave: long-lived objects the fork inherits
+
+    def faults_of_a_forks_collection() -> int:
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            gc.collect()
+            os.write(wfd, str(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before).encode())
+            os._exit(0)
+        os.close(wfd)
+        os.waitpid(pid, 0)
+        with os.fdopen(rfd) as reply:
+            return int(reply.read())
+
+    try:
+        unfrozen = faults_of_a_forks_collection()
+        zygote._freeze_heap()
+        frozen = faults_of_a_forks_collection()
+    finally:
+        gc.unfreeze()
+    assert len(heap) == 300_000 and unfrozen > 2_000 and frozen < unfrozen / 10, (unfrozen, frozen)
+
+
+def test_a_zygote_reads_the_users_data_cache_instead_of_decompressing_its_own(tmp_path, monkeypatch):
+    """Each run's zygote has a HOME of its own; the data cache stays the user's (decompressed once), unless it can
+    neither hold the data nor be made, and then it is one in the zygote's HOME."""
+    from autograder.sandbox import client
+    from labutils import data_files
+
+    cache, home = tmp_path / "cache", tmp_path / "zygote-home"
+    monkeypatch.setenv("LAB_CACHE_DIR", str(cache))
+    data_files.stage(data_files.find_raw_dir(), cache)
+    assert data_files.staged(cache)
+    assert client.zygote_env(home)["LAB_CACHE_DIR"] == str(cache)
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "a-file" / "cache"))  # cannot be made
+    assert client.zygote_env(home)["LAB_CACHE_DIR"] == str(home / ".cache" / "loop_lab")

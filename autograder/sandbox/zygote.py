@@ -352,12 +352,12 @@ def _vm_size_mb() -> int:
 
 
 def _data_locations() -> dict:
-    from labutils import data
+    from labutils import data_files
 
-    dirs = [str(data.DEBIAN_DIR), str(data.cache_dir())]
+    dirs = [str(data_files.DEBIAN_DIR), str(data_files.cache_dir())]
     if os.environ.get("LAB_DATA_DIR"):
         dirs.append(os.environ["LAB_DATA_DIR"])
-    return {"data_dirs": dirs, "cache_dir": str(data.cache_dir())}
+    return {"data_dirs": dirs, "cache_dir": str(data_files.cache_dir())}
 
 
 def _serve_connections(control_fd: int) -> None:

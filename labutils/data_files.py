@@ -1,0 +1,57 @@
+"""Where FashionMNIST's files are on disk: the official gzipped IDX files (``LAB_DATA_DIR``, Debian's package) and
+their decompressed copy in the data cache.
+
+Why apart from :mod:`labutils.data`: that module imports torch. The grader asks where the data cache is before it
+starts a zygote (``autograder.sandbox.client.data_cache``), and a grading process never imports torch.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+from .atomic import atomic_file
+
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+RAW_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+
+
+def cache_dir() -> Path:
+    """Where the decompressed copy lives (``LAB_CACHE_DIR``, default ``~/.cache/loop_lab``)."""
+    return Path(os.environ.get("LAB_CACHE_DIR", Path.home() / ".cache" / "loop_lab"))
+
+
+def find_raw_dir() -> Path | None:
+    """The first folder holding the four ``.gz`` IDX files: ``LAB_DATA_DIR``, then Debian's package."""
+    candidates = [Path(os.environ["LAB_DATA_DIR"])] if os.environ.get("LAB_DATA_DIR") else []
+    candidates.append(DEBIAN_DIR)
+    for folder in candidates:
+        if all((folder / name).exists() or (folder / name[:-3]).exists() for name in RAW_FILES):
+            return folder
+    return None
+
+
+def stage(raw_dir: Path, root: Path) -> None:
+    """Put the IDX files where torchvision's FashionMNIST looks for them: ``root/FashionMNIST/raw``, uncompressed."""
+    target = root / "FashionMNIST" / "raw"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in RAW_FILES:
+        out = target / name[:-3]
+        if out.exists():
+            continue
+        src = raw_dir / name
+        with atomic_file(out) as fout:  # a half-written file never looks like a finished one
+            with gzip.open(src, "rb") if src.exists() else open(raw_dir / name[:-3], "rb") as fin:
+                shutil.copyfileobj(fin, fout)
+
+
+def staged(root: Path) -> bool:
+    """Are the four files decompressed under ``root`` (a data cache) already?"""
+    return all((root / "FashionMNIST" / "raw" / name[:-3]).exists() for name in RAW_FILES)

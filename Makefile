@@ -25,7 +25,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 # FashionMNIST: LAB_DATA_DIR, else Debian's dataset-fashion-mnist (installed here when we are root with apt),
 # else torchvision's download; `python -m labutils data` says which fix applies when none works.
 data: $(INSTALLED)
-	@if ! $(PY) -c "import sys; from labutils.data import find_raw_dir; sys.exit(find_raw_dir() is None)"; then \
+	@if ! $(PY) -c "import sys; from labutils.data_files import find_raw_dir; sys.exit(find_raw_dir() is None)"; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing dataset-fashion-mnist with apt-get"; \
 	    apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null; \

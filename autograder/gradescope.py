@@ -129,7 +129,7 @@ def _code_files(root: Path) -> list[Path]:
 
 def build_zip(dest: Path, root: Path = REPO_ROOT, source: Path | None = None, data: bool = True) -> list[str]:
     """Write Gradescope's autograder zip to ``dest``; the names it holds."""
-    from labutils.data import RAW_FILES, find_raw_dir
+    from labutils.data_files import RAW_FILES, find_raw_dir
 
     source = Path(source or root / "solutions" / ASSIGNMENT)
     notebooks = sorted(source.glob("*.ipynb"))

@@ -75,9 +75,15 @@ def read_idx(path: Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).reshape(shape)
 
 
-@lru_cache(maxsize=2)
 def load_raw(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decoded images (N, 28, 28) uint8 and labels (N,) int64 of the official train or test file."""
+    """Decoded images (N, 28, 28) uint8 and labels (N,) int64 of the official train or test file, decoded once per
+    process (and once per grading zygote for all its kernels) however ``train`` is passed: ``lru_cache`` keys
+    ``load_raw(True)`` and ``load_raw(train=True)`` apart, so a kernel read the files again."""
+    return _decoded(bool(train))
+
+
+@lru_cache(maxsize=2)
+def _decoded(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
     raw_dir = find_raw_dir()
     if raw_dir is None:  # nothing on disk: torchvision downloads it (or says how to get it)
         ds = _torchvision_dataset(train)

@@ -90,12 +90,12 @@ def test_lab_data_dir_points_at_any_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_DATA_DIR", str(copy))
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
     assert data.find_raw_dir() == copy
-    data.load_raw.cache_clear()
+    data._decoded.cache_clear()
     try:
         images, labels = data.load_raw(train=False)
         assert images.shape == (10_000, 28, 28) and labels.max() == 9
     finally:
-        data.load_raw.cache_clear()
+        data._decoded.cache_clear()
 
 
 def test_missing_data_names_the_three_fixes(tmp_path, monkeypatch):
@@ -114,3 +114,20 @@ def test_missing_data_names_the_three_fixes(tmp_path, monkeypatch):
     message = str(err.value)
     assert "LAB_DATA_DIR" in message and "apt-get install -y dataset-fashion-mnist" in message
     assert "download" in message and "Traceback" not in message
+
+
+def test_the_data_is_decoded_once_however_it_is_asked_for_and_staged_readable_by_every_user(tmp_path, monkeypatch):
+    """A grading zygote decodes the data once for all its kernels: ``load_raw(True)`` and ``load_raw(train=True)``
+    are one cache entry (lru_cache kept them apart, so the data tour's kernel read the files again). The files it
+    decompresses are readable by the kernels, which run as another user (atomic_file's temp files are 0600; a
+    kernel of the data tour failed with PermissionError on them)."""
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    data._decoded.cache_clear()
+    try:
+        first = data.load_raw(True)
+        assert data.load_raw(train=True) is first and data.load_raw(train=1) is first
+        assert data.load_raw(train=False) is not first
+    finally:
+        data._decoded.cache_clear()
+    for name in data_files.RAW_FILES:
+        assert (tmp_path / "cache" / "FashionMNIST" / "raw" / name[:-3]).stat().st_mode & 0o777 == 0o644, name

@@ -120,7 +120,7 @@ def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: S
     pending = deque(_order(tasks))
     sel = selectors.DefaultSelector()
     if len(tasks) > jobs:  # a worker gets a second task: warm the feedback exporter once, here, for every worker
-        from .task import warm_feedback
+        from .feedback import warm_feedback
 
         try:
             warm_feedback()

@@ -26,9 +26,10 @@ from autograder.course import display
 from autograder.sandbox import context
 
 from . import execute
+from .feedback import generate_feedback
 from autograder.channel import CellScore, Result, RunConfig, Task
 from autograder.layout import ASSIGNMENT
-from autograder.course.cells import NormalizeMetadata, RestoreCells, ScrubHiddenTests, in_cell_order
+from autograder.course.cells import NormalizeMetadata, RestoreCells, in_cell_order
 from autograder.course.nbgrader_setup import nbgrader_config, run_converter, sqlite_url
 from autograder.sandbox.client import Zygote, ZygoteError, base_policy, kernel_env
 
@@ -175,60 +176,20 @@ def _feedback_or_note(course: Path, task: Task, ctx: context.TaskContext) -> str
 
     def rendered():
         display.write_display_copy(raw, graded, render=True)
-        _generate_feedback(course, task)
+        generate_feedback(course, task)
 
     outcome = process.within(RENDER_S, rendered)
     if outcome != "done":
         ctx.notes.append(f"feedback: rendering the written answers and outputs {outcome} "
                          f"({RENDER_S:g} s allowed): they are shown as typed")
         display.write_display_copy(raw, graded, render=False, note=display.TIMED_OUT)  # linear, like the first
-        outcome = process.within(RENDER_S, lambda: _generate_feedback(course, task))
+        outcome = process.within(RENDER_S, lambda: generate_feedback(course, task))
     ctx.timings["feedback_s"] = round(time.monotonic() - t0, 2)
     if outcome != "done":
         ctx.notes.append(f"feedback could not be written: generating the page {outcome} ({RENDER_S:g} s allowed)")
         html.unlink(missing_ok=True)
         return None
     return str(html) if html.exists() else None
-
-
-def _generate_feedback(course: Path, task: Task) -> None:
-    """nbgrader's feedback page of the task's (display copy of the) autograded notebook, hidden tests scrubbed."""
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.preprocessors import GetGrades
-
-    c = nbgrader_config(course, student=task.student)
-    c.GenerateFeedback.preprocessors = [ScrubHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
-    run_converter(GenerateFeedback, c)
-
-
-def warm_feedback() -> None:
-    """Render a made-up notebook with the feedback page's exporter, once, in a process that forks the renders (or
-    forks the workers that do).
-
-    Each page is rendered in a forked child (:func:`_feedback_or_note`), so what nbconvert compiles on first use (its
-    regexes, Pygments' lexer, the Jinja templates) was compiled again for every task: 0.8 s of CPU per page cold,
-    0.5 s in a child of a warmed process, for 0.45 s once (measured). The grader calls it before forking its workers
-    when one of them will get a second task."""
-    import nbformat
-    from nbconvert.exporters import HTMLExporter
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
-
-    converter = GenerateFeedback(coursedir=CourseDirectory(root=os.devnull))  # its exporter settings, no course
-    exporter = HTMLExporter(parent=converter, config=converter.config)
-    for preprocessor in (ScrubHiddenTests, CSSHTMLHeaderPreprocessor):
-        exporter.register_preprocessor(preprocessor)
-    graded = {"nbgrader": {"grade": True, "grade_id": "test", "points": 1, "score": 0, "locked": True}}
-    error = nbformat.v4.new_output("error", ename="AssertionError", evalue="wrong",
-                                   traceback=["\x1b[0;31mAssertionError\x1b[0m: wrong"])
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# A *title*\n\n- a `list`, $x^2$"),
-        nbformat.v4.new_code_cell("import torch\nprint(1)", metadata=graded,
-                                  outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n"), error])])
-    exporter.from_notebook_node(nb, resources={"nbgrader": {"notebook": "warm", "score": 0, "max_score": 1,
-                                                            "late_penalty": 0}})
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

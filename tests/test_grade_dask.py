@@ -183,6 +183,18 @@ def test_dask_run_matches_a_local_run(dask_run, local_run, classroom):
     assert any(cell.get("outputs") for cell in graded.cells)
 
 
+def _zygotes(client) -> dict[str, list[int]]:
+    """Each worker's zygote pids: its plug-ins' and the one it keeps for the next run."""
+
+    def pids(dask_worker):
+        held = [p.zygote.proc.pid for name, p in dask_worker.plugins.items()
+                if name.startswith(dist.PLUGIN_PREFIX) and getattr(p, "zygote", None) is not None]
+        spare = dist._SPARE.get("zygote")
+        return sorted(held + ([spare.proc.pid] if spare is not None else []))
+
+    return client.run(pids)
+
+
 def _journal(out: Path) -> set[str]:
     """The tasks kept in OUT's journal (autograder.results.journal): one file per finished task."""
     return {p.stem for p in (out / ".journal").glob("*.json")} if (out / ".journal").is_dir() else set()
@@ -194,7 +206,8 @@ def test_a_run_killed_on_a_dask_cluster_resumes_there(cluster, classroom, local_
     first task is finished by the next run on the same cluster, which reuses what was kept and ends equal to the
     local, uninterrupted run. The next run starts at once, while the killed client's last tasks still run in their
     workers (test_a_replaced_plugins_last_task_cannot_touch_the_next_runs). After the runs above: the killed client
-    never unregisters its plug-in, whose zygotes stay on the workers."""
+    never unregisters its plug-in, whose zygotes stay on the workers; the next run's plug-in replaces it and takes
+    its warm zygotes over, and keeps them for the run after it."""
     submissions, out = classroom["tmp"] / "submissions", tmp_path / "out"
     on_dask = ("--out", out, "--scheduler", cluster[0].scheduler_address, *LIMITS)
     with open(tmp_path / "killed.log", "w") as log:  # a file: nothing of the killed client is left to read
@@ -206,9 +219,14 @@ def test_a_run_killed_on_a_dask_cluster_resumes_there(cluster, classroom, local_
         killed.kill()
         assert killed.wait(120) == -signal.SIGKILL
     kept = _journal(out)
+    warm = _zygotes(cluster[1])  # the killed run's: its plug-in stays registered until the next run replaces it
     final = run_cli("grade", submissions, *on_dask)
     _, err = final.communicate(timeout=900)
     assert kept and final.returncode == 0, err[-3000:]
+    deadline = time.monotonic() + 60
+    while _zygotes(cluster[1]) != warm and time.monotonic() < deadline:  # kept again once the final run's plug-in goes
+        time.sleep(0.5)
+    assert all(warm.values()) and _zygotes(cluster[1]) == warm, "the next run did not take the warm zygotes over"
     reused = re.search(r"(\d+) task\(s\) reused", err)
     assert reused and int(reused.group(1)) >= len(kept), err[-2000:]
     assert (out / "grades.csv").read_text() == (local_run / "grades.csv").read_text()
@@ -388,6 +406,7 @@ def test_a_replaced_plugins_last_task_cannot_touch_the_next_runs(tmp_path, monke
     assert events == [("start", "old"), ("end", "old", False), ("start", "new"), ("end", "new", True)]
     assert new.work.is_dir()
     asyncio.run(new.teardown(worker))
+    dist.drop_spare()  # the old instance's zygote, kept for a next run (this test's process is no Dask worker)
 
 
 def test_a_zygote_started_inside_a_task_folder_runs_in_its_own(tmp_path, monkeypatch):
@@ -405,3 +424,63 @@ def test_a_zygote_started_inside_a_task_folder_runs_in_its_own(tmp_path, monkeyp
     with open(zygote_folder / "zygote.log", "ab") as log:
         out, _ = client._spawn([], log, dict(os.environ), subprocess.DEVNULL).communicate(timeout=60)
     assert out.decode().strip() == str(zygote_folder)
+
+
+def test_a_runs_warm_zygote_waits_for_the_next_run_and_is_stopped_when_none_comes(tmp_path, monkeypatch):
+    """When a run's plug-in is removed (or replaced by the next run's), the worker keeps its warm zygote: the next
+    run's plug-in takes it instead of importing torch again, and the prewarm of a client that connects meanwhile
+    starts nothing. A kept zygote that no run takes within IDLE_S is stopped and its folder removed."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from autograder.sandbox import client
+
+    started, closed = [], []
+
+    class FakeZygote:
+        ready = SimpleNamespace(data_dirs=[], cache_dir="", vm_mb=100, isolation={})
+
+        def __init__(self, folder):
+            self.folder = folder
+            started.append(self)
+
+        def alive(self):
+            return self not in closed
+
+        def close(self):
+            closed.append(self)
+
+    class FakeWorker:
+        local_directory, address, plugins = str(tmp_path), "tcp://w:1", {}
+
+        async def set_resources(self, **_):
+            pass
+
+    monkeypatch.setattr(client, "private_zygote", FakeZygote)
+    monkeypatch.setattr(dist, "prepare_tools", lambda: None)
+    monkeypatch.setattr(dist, "code_version", lambda: "v")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    run = RunConfig(template_db="", work_dir="", cell_timeout=1, notebook_timeout=1, memory_mb=4096, threads=1)
+    worker = FakeWorker()
+    try:
+        first = dist.GraderPlugin(b"t", "v", run)
+        asyncio.run(first.setup(worker))
+        worker.plugins[first.name] = first
+        dist.prewarm(worker)  # a client connects while the first run's plug-in holds a zygote
+        assert len(started) == 1 and not dist._SPARE
+        asyncio.run(first.teardown(worker))
+        del worker.plugins[first.name]
+        assert not closed and dist._SPARE["zygote"] is started[0]
+        dist.prewarm(worker)  # one is kept: nothing to start
+        second = dist.GraderPlugin(b"t", "v", run)
+        asyncio.run(second.setup(worker))
+        assert second.zygote is started[0] and len(started) == 1 and started[0].folder.is_dir()
+        monkeypatch.setattr(dist, "IDLE_S", 0.3)
+        asyncio.run(second.teardown(worker))
+        assert dist._SPARE["zygote"] is started[0] and not closed
+        deadline = time.monotonic() + 30
+        while not closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert closed == [started[0]] and not dist._SPARE and not started[0].folder.exists()
+    finally:
+        dist.drop_spare()

@@ -23,6 +23,10 @@ client alone writes the gradebook, the feedback, the formgrader course and the r
   ``--require-isolation`` a worker that cannot apply them all is refused, by name, with what is missing.
 - A client that dies never unregisters the plug-in: a worker's zygote with no task for :data:`IDLE_S` is stopped
   (a task that comes later starts a new one), so a dead run does not keep torch in every worker's memory.
+- A run's warm zygote outlives its plug-in: when the plug-in is removed (the run ended) or replaced (the next run of
+  the same assignment registers its own), the worker keeps the zygote for the next run's plug-in
+  (:func:`keep_spare`), which then starts without the imports: back-to-back runs (a resume after a killed client,
+  the late students) start warm. A kept zygote no run takes for :data:`IDLE_S` is stopped.
 - A worker that dies mid-task (killed, out of memory) has its task graded again on another worker by Dask (the
   scheduler's ``distributed.scheduler.allowed-failures``, default 3); a task that raises is retried :data:`RETRIES`
   times. A task that fails every try, or that no worker can take for :data:`STALL_S`, scores zero for that student's
@@ -99,7 +103,7 @@ def mismatched_workers(versions: dict, mine: str) -> list[str]:
 
 # --- the worker side --------------------------------------------------------------------------------------------------
 
-_SPARE: dict = {}  # in a worker process: the zygote prewarm() started before the run's plug-in arrived
+_SPARE: dict = {}  # in a worker process: a warm zygote for the next plug-in (prewarm()'s, or the last run's) and its folder
 # One task at a time in a worker process, whichever plug-in instance runs it: the grading context
 # (autograder.run.execute) is per process. A killed client's task keeps running in its worker thread after the next
 # run's plug-in replaced the first (Dask cannot stop a thread); the new run's tasks wait for it to end.
@@ -108,32 +112,68 @@ _GRADING = threading.Lock()
 
 def prewarm(dask_worker) -> None:
     """Start this worker's zygote now, in the background: its imports overlap the client's gradebook generation,
-    as the local run's shared zygote does; the run's plug-in takes it over."""
-    if "thread" in _SPARE:
+    as the local run's shared zygote does; the run's plug-in takes it over. Nothing to start when a zygote is kept
+    already, or when a plug-in of ours holds one (registering the next run's plug-in replaces it, zygote kept)."""
+    if _SPARE or _held_by_a_plugin(dask_worker):
         return
-    # its own folder: a plug-in being replaced removes the spare folder it took, which another run's prewarm must
-    # not share
-    folder = passable_folder(Path(tempfile.mkdtemp(prefix="looplab-zygote-", dir=dask_worker.local_directory)))
+    folder = zygote_folder(dask_worker.local_directory)
 
     def start() -> None:
         from autograder.sandbox.client import private_zygote
 
         try:
-            _SPARE["zygote"] = private_zygote(folder)
+            zygote = private_zygote(folder)
         except Exception as exc:  # the plug-in starts its own
             logger.warning("could not prewarm a zygote: %r", exc)
+            return
+        _SPARE["zygote"] = zygote
+        _stop_if_not_taken(zygote)
 
     _SPARE["folder"] = folder
     _SPARE["thread"] = threading.Thread(target=start, name="looplab-prewarm", daemon=True)
     _SPARE["thread"].start()
 
 
+def zygote_folder(local_directory: str) -> Path:
+    """A folder of its own for a zygote (its log and HOME), which outlives the plug-in that uses it when the zygote
+    is kept: never the plug-in's folder, removed with the plug-in."""
+    return passable_folder(Path(tempfile.mkdtemp(prefix="looplab-zygote-", dir=local_directory)))
+
+
+def _held_by_a_plugin(dask_worker) -> bool:
+    return any(name.startswith(PLUGIN_PREFIX) and getattr(plugin, "zygote", None) is not None
+               for name, plugin in dask_worker.plugins.items())
+
+
+def keep_spare(zygote, folder: Path) -> bool:
+    """Keep a removed plug-in's warm zygote (and its folder) for the next run's plug-in on this worker; whether it was
+    kept (not when one is kept already, or it is not alive: then the caller stops it)."""
+    if _SPARE or not zygote.alive():
+        return False
+    _SPARE.update(zygote=zygote, folder=folder)
+    _stop_if_not_taken(zygote)
+    return True
+
+
+def _stop_if_not_taken(zygote) -> None:
+    """After :data:`IDLE_S`, stop ``zygote`` if it is still the kept one: no run came (its client may have died)."""
+
+    def expire() -> None:
+        if _SPARE.get("zygote") is zygote:
+            logger.warning("a kept zygote was not taken by a run for %.0f s: it is stopped", IDLE_S)
+            drop_spare()
+
+    timer = threading.Timer(IDLE_S, expire)
+    timer.daemon = True
+    timer.start()
+
+
 def take_spare():
-    """The prewarmed zygote and its folder, or (None, None)."""
+    """The kept zygote (prewarmed, or a removed plug-in's) and its folder; (None, folder) when it died or failed to
+    start; (None, None) when none is kept."""
     thread = _SPARE.pop("thread", None)
-    if thread is None:
-        return None, None
-    thread.join()
+    if thread is not None:
+        thread.join()
     zygote, folder = _SPARE.pop("zygote", None), _SPARE.pop("folder", None)
     if zygote is not None and not zygote.alive():
         zygote.close()
@@ -142,7 +182,7 @@ def take_spare():
 
 
 def drop_spare() -> None:
-    """Stop a prewarmed zygote no plug-in took (the run stopped before grading)."""
+    """Stop the kept zygote and remove its folder."""
     zygote, folder = take_spare()
     if zygote is not None:
         zygote.close()
@@ -167,7 +207,8 @@ class GraderPlugin(WorkerPlugin):
     async def setup(self, worker) -> None:
         self.address = worker.address
         self.lock = _GRADING
-        self.zygote = self.work = self.spare_folder = None
+        self.zygote = self.work = self.zygote_folder = None
+        self.local_directory = worker.local_directory
         self.refused = None
         mine = code_version()
         if mine != self.code_version:
@@ -231,9 +272,10 @@ class GraderPlugin(WorkerPlugin):
         warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session use: noisy, not wrong
         prepare_tools()
         os.environ["JUPYTER_RUNTIME_DIR"] = str(passable_folder(self.work / "runtime"))  # the kernels' connection files
-        self.zygote, self.spare_folder = take_spare()
+        self.zygote, self.zygote_folder = take_spare()
         if self.zygote is None:
-            self.zygote = private_zygote(self.work)
+            self.zygote_folder = self.zygote_folder or zygote_folder(self.local_directory)
+            self.zygote = private_zygote(self.zygote_folder)
         self.run = replace(self.run, data_dirs=self.zygote.ready.data_dirs, cache_dir=self.zygote.ready.cache_dir)
 
     async def teardown(self, worker) -> None:
@@ -244,11 +286,15 @@ class GraderPlugin(WorkerPlugin):
                 await worker.set_resources(**{self.name: 0})
             except Exception:  # the scheduler is gone: nothing to tell
                 pass
-        if self.zygote is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.zygote.close)  # kernels and all
-        for folder in (self.work, self.spare_folder):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+        if self.zygote is not None and keep_spare(self.zygote, self.zygote_folder):
+            self.zygote = None  # the next run's now
+        else:
+            if self.zygote is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.zygote.close)  # kernels and all
+            if self.zygote_folder is not None:
+                shutil.rmtree(self.zygote_folder, ignore_errors=True)
+        if self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def grade(self, remote: RemoteTask) -> RemoteResult:
         if self.refused:
@@ -425,11 +471,8 @@ class DaskExecutor:
         return sum(1 for w in workers if w.get("resources", {}).get(resource, 0) > 0)
 
     def close(self) -> None:
-        if self.client is not None:
-            try:
-                self.client.run(drop_spare, on_error="ignore")  # a zygote no plug-in took (no task, or an error)
-            finally:
-                self.client.close()
+        if self.client is not None:  # a zygote no plug-in took waits for the next run (keep_spare), IDLE_S at most
+            self.client.close()
 
 
 def _rerun(keys: list, dask_scheduler=None) -> int:

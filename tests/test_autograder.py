@@ -115,6 +115,8 @@ def test_grade_the_class_feedback_summary_and_isolation(graded_class):
     out = graded_class["out"]
     solutions_feedback = sorted((out / "feedback" / "solutions").glob("*.html"))
     assert len(solutions_feedback) == len(exercises.NOTEBOOKS)
+    for html in solutions_feedback:  # the data tour's kernel once met a PermissionError on the zygote's data cache
+        assert "output_error" not in html.read_text(), f"{html.name}: a cell of the solution failed while graded"
     for html in (out / "feedback").rglob("*.html"):
         text = html.read_text()
         assert "BEGIN HIDDEN TESTS" not in text and "from autograder.hidden import" not in text, html

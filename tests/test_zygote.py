@@ -76,7 +76,7 @@ def test_a_fork_of_the_frozen_heap_copies_no_page_to_collect_it():
 def test_a_zygote_reads_the_users_data_cache_instead_of_decompressing_its_own(tmp_path, monkeypatch):
     """Each run's zygote has a HOME of its own; the data cache stays the user's (decompressed once), unless it can
     neither hold the data nor be made, and then it is one in the zygote's HOME."""
-    from autograder.sandbox import client
+    from autograder.sandbox import client, zygote
     from labutils import data_files
 
     cache, home = tmp_path / "cache", tmp_path / "zygote-home"
@@ -84,6 +84,9 @@ def test_a_zygote_reads_the_users_data_cache_instead_of_decompressing_its_own(tm
     data_files.stage(data_files.find_raw_dir(), cache)
     assert data_files.staged(cache)
     assert client.zygote_env(home)["LAB_CACHE_DIR"] == str(cache)
+    # in the zygote: a kernel may read the data, not the rest of the user's cache
+    assert str(cache / "FashionMNIST") in zygote._data_locations()["data_dirs"]
+    assert str(cache) not in zygote._data_locations()["data_dirs"]
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "a-file" / "cache"))  # cannot be made
     assert client.zygote_env(home)["LAB_CACHE_DIR"] == str(home / ".cache" / "loop_lab")

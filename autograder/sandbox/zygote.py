@@ -352,9 +352,11 @@ def _vm_size_mb() -> int:
 
 
 def _data_locations() -> dict:
+    """The folders a kernel may read the data from (of the data cache, the decompressed FashionMNIST alone: the
+    cache is the user's, which may hold other things) and the data cache a kernel is told about."""
     from labutils import data_files
 
-    dirs = [str(data_files.DEBIAN_DIR), str(data_files.cache_dir())]
+    dirs = [str(data_files.DEBIAN_DIR), str(data_files.cache_dir() / "FashionMNIST")]
     if os.environ.get("LAB_DATA_DIR"):
         dirs.append(os.environ["LAB_DATA_DIR"])
     return {"data_dirs": dirs, "cache_dir": str(data_files.cache_dir())}

@@ -127,7 +127,7 @@ def prewarm(dask_worker) -> None:
             logger.warning("could not prewarm a zygote: %r", exc)
             return
         _SPARE["zygote"] = zygote
-        _stop_if_not_taken(zygote)
+        _stop_if_not_taken()
 
     _SPARE["folder"] = folder
     _SPARE["thread"] = threading.Thread(target=start, name="looplab-prewarm", daemon=True)
@@ -151,15 +151,17 @@ def keep_spare(zygote, folder: Path) -> bool:
     if _SPARE or not zygote.alive():
         return False
     _SPARE.update(zygote=zygote, folder=folder)
-    _stop_if_not_taken(zygote)
+    _stop_if_not_taken()
     return True
 
 
-def _stop_if_not_taken(zygote) -> None:
-    """After :data:`IDLE_S`, stop ``zygote`` if it is still the kept one: no run came (its client may have died)."""
+def _stop_if_not_taken() -> None:
+    """After :data:`IDLE_S`, stop the zygote kept now if it is still kept, and not taken and kept again since: no run
+    came (its client may have died)."""
+    kept = _SPARE["kept"] = object()  # this keeping, not the zygote: one taken and kept again waits IDLE_S anew
 
     def expire() -> None:
-        if _SPARE.get("zygote") is zygote:
+        if _SPARE.get("kept") is kept:
             logger.warning("a kept zygote was not taken by a run for %.0f s: it is stopped", IDLE_S)
             drop_spare()
 
@@ -174,6 +176,7 @@ def take_spare():
     thread = _SPARE.pop("thread", None)
     if thread is not None:
         thread.join()
+    _SPARE.pop("kept", None)
     zygote, folder = _SPARE.pop("zygote", None), _SPARE.pop("folder", None)
     if zygote is not None and not zygote.alive():
         zygote.close()

@@ -38,7 +38,7 @@ def code_version(root: Path = REPO_ROOT) -> str:
 def grader_cache_dir() -> Path:
     """What grading runs of the same assignment share (its template course, hidden tests and all):
     ``LOOPLAB_GRADER_CACHE``, default ``~/.cache/looplab-grader``. The grader's alone: never under a folder a kernel
-    may read (the data's cache is one, ``labutils.data.cache_dir``)."""
+    may read (the data's cache is one, ``labutils.data_files.cache_dir``)."""
     return Path(os.environ.get("LOOPLAB_GRADER_CACHE") or Path.home() / ".cache" / "looplab-grader")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .data_files import DEBIAN_DIR, cache_dir, find_raw_dir, stage
+from .data_files import DEBIAN_DIR, cache_dir, decompressed_folder, find_raw_dir, stage
 
 MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set pixel statistics, the standard normalisation
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -91,7 +91,7 @@ def _decoded(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # read here, not by torchvision's FashionMNIST: importing torchvision.datasets costs every process that loads
     # the data (each notebook kernel, each grader) 1.7 s of CPU, and the bytes are the same (tests/test_data.py)
     stage(raw_dir, cache_dir())
-    folder, prefix = cache_dir() / "FashionMNIST" / "raw", "train" if train else "t10k"
+    folder, prefix = decompressed_folder(cache_dir()), "train" if train else "t10k"
     return read_idx(folder / f"{prefix}-images-idx3-ubyte"), read_idx(folder / f"{prefix}-labels-idx1-ubyte").long()
 
 

@@ -38,9 +38,14 @@ def find_raw_dir() -> Path | None:
     return None
 
 
+def decompressed_folder(root: Path) -> Path:
+    """Where the IDX files are, uncompressed, in the data cache ``root``: where torchvision's FashionMNIST looks."""
+    return root / "FashionMNIST" / "raw"
+
+
 def stage(raw_dir: Path, root: Path) -> None:
-    """Put the IDX files where torchvision's FashionMNIST looks for them: ``root/FashionMNIST/raw``, uncompressed."""
-    target = root / "FashionMNIST" / "raw"
+    """Put the IDX files, uncompressed, in the data cache ``root`` (:func:`decompressed_folder`)."""
+    target = decompressed_folder(root)
     target.mkdir(parents=True, exist_ok=True)
     for name in RAW_FILES:
         out = target / name[:-3]
@@ -55,4 +60,4 @@ def stage(raw_dir: Path, root: Path) -> None:
 
 def staged(root: Path) -> bool:
     """Are the four files decompressed under ``root`` (a data cache) already?"""
-    return all((root / "FashionMNIST" / "raw" / name[:-3]).exists() for name in RAW_FILES)
+    return all((decompressed_folder(root) / name[:-3]).exists() for name in RAW_FILES)

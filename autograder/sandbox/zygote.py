@@ -356,7 +356,7 @@ def _data_locations() -> dict:
     cache is the user's, which may hold other things) and the data cache a kernel is told about."""
     from labutils import data_files
 
-    dirs = [str(data_files.DEBIAN_DIR), str(data_files.cache_dir() / "FashionMNIST")]
+    dirs = [str(data_files.DEBIAN_DIR), str(data_files.decompressed_folder(data_files.cache_dir()).parent)]
     if os.environ.get("LAB_DATA_DIR"):
         dirs.append(os.environ["LAB_DATA_DIR"])
     return {"data_dirs": dirs, "cache_dir": str(data_files.cache_dir())}

@@ -90,3 +90,22 @@ def test_a_zygote_reads_the_users_data_cache_instead_of_decompressing_its_own(tm
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "a-file" / "cache"))  # cannot be made
     assert client.zygote_env(home)["LAB_CACHE_DIR"] == str(home / ".cache" / "loop_lab")
+
+
+def test_a_zygote_nobody_waited_for_is_killed_at_once_not_let_finish_its_warm_up(tmp_path):
+    """A run with nothing left to grade closes its zygote while it still imports torch: it is killed then, with
+    whatever it started, instead of burning its whole warm-up before it sees its control socket closed."""
+    import os
+    import signal
+
+    from autograder.sandbox.client import SharedZygote
+
+    zygote = SharedZygote(tmp_path)
+    zygote.close()
+    assert zygote.proc.returncode == -signal.SIGKILL  # killed: it had not finished its warm-up, nor exited by itself
+    try:
+        os.killpg(zygote.proc.pid, 0)
+    except ProcessLookupError:
+        pass
+    else:
+        raise AssertionError("a process of the zygote's session outlived close()")

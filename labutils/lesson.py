@@ -148,7 +148,7 @@ def timing_batches(loader, n: int) -> list:
     if is_fast():
         count, size = FAST_TIMING
         return [(x[:size], y[:size]) for x, y in take(loader, count)]
-    return take(loader, min(n, len(loader)))
+    return take(loader, n)
 
 
 def scratch_dir(name: str) -> Path:

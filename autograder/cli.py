@@ -121,13 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _executor(args):
-    """Where ``grade`` runs its tasks: a Dask cluster with ``--scheduler``, else (None) local processes."""
-    if not args.scheduler:
-        return None
-    from .run.distributed import DaskExecutor
+def _executor(args, zygote):
+    """Where ``grade`` runs its tasks: a Dask cluster with ``--scheduler``, else local processes (None: grade's own
+    :class:`~autograder.run.pool.LocalExecutor`, or one that borrows the warm ``zygote`` given to :func:`main`)."""
+    if args.scheduler:
+        from .run.distributed import DaskExecutor
 
-    return DaskExecutor(args.scheduler)
+        return DaskExecutor(args.scheduler)
+    if zygote is None:
+        return None
+    from .run.pool import LocalExecutor
+
+    return LocalExecutor(args.jobs, zygote)
 
 
 class _UsageError(Exception):
@@ -153,7 +158,7 @@ def _release(args) -> int:
     return 0
 
 
-def _grade(args) -> int:
+def _grade(args, zygote=None) -> int:
     from .course.submissions import SubmissionsError
     from .grade import grade
     from .results.journal import OutLocked
@@ -162,7 +167,7 @@ def _grade(args) -> int:
 
     options = grade_options(args, threads=1 if args.scheduler else None)  # one torch thread per Dask worker
     with _usage_errors(SubmissionsError, FileNotFoundError, GradingSetupError, OutLocked, LateConfigError):
-        result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args))
+        result = grade(args.submissions, args.out, options, root=args.root, executor=_executor(args, zygote))
     return 0 if result.complete else 1
 
 
@@ -241,11 +246,14 @@ _COMMANDS = {"release": _release, "grade": _grade, "export": _export, "cells": _
              "gradescope": _gradescope, "gradescope-run": _gradescope_run}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, zygote=None) -> int:
+    """The command line. ``zygote``: a warm :class:`~autograder.sandbox.client.SharedZygote` for ``grade`` to borrow
+    rather than start its own, from a process that runs the command many times (it starts and closes it)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command = _COMMANDS[args.command]
     try:
-        return _COMMANDS[args.command](args)
+        return command(args, zygote) if command is _grade else command(args)
     except _UsageError as exc:
         print(f"error: {shown(exc, limit=None, keep_newlines=True)}", file=sys.stderr)  # it may name a folder
         return 2

@@ -71,14 +71,27 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def tiny_class(tmp_path_factory, request):
+def autograder_cli():
+    """``autograder_cli(*args, cwd=, env=, timeout=)``: ``python -m autograder ARGS`` as ``subprocess.run`` with
+    captured text gives it back, run in a fork of one warm process of this worker's (tests/forked_graders.py: its
+    imports and its zygote paid once). For tests of what a command grades, writes and says; tests of how the grader's
+    processes live and die start real ones."""
+    import forked_graders
+
+    server = forked_graders.GraderServer()
+    yield server.run
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_class(tmp_path_factory, request, autograder_cli):
     """The browser tests' tiny class (tests/browser/grading.py), graded by ``python -m autograder grade`` once per
     test run: under xdist the first worker to ask grades it into the run's shared temp folder (a file lock keeps the
     others waiting) and every worker reads that one course. Tests that change the course change a copy (copy_of)."""
     from browser.grading import shared_class
     if not hasattr(request.config, "workerinput"):  # not an xdist worker: this session's own folder
-        return shared_class(tmp_path_factory.mktemp("tiny-class") / "class")
-    return shared_class(tmp_path_factory.getbasetemp().parent / "tiny-class")
+        return shared_class(tmp_path_factory.mktemp("tiny-class") / "class", autograder_cli)
+    return shared_class(tmp_path_factory.getbasetemp().parent / "tiny-class", autograder_cli)
 
 
 def _no_gpu_reason(items) -> str | None:

@@ -37,11 +37,6 @@ needs_solutions = pytest.mark.skipif(len(list(SOLUTIONS.glob("*.ipynb"))) < 9, r
 needs_landlock = pytest.mark.skipif(policy.landlock_abi() < 1, reason="this kernel has no Landlock")
 
 
-def run_cli(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "autograder", *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
-
-
 def released_notebooks(tmp: Path) -> Path:
     """``autograder.course.release.release`` on a scratch copy of the solutions (the repo's notebooks/ is left alone)."""
     from autograder.course.release import release
@@ -57,14 +52,14 @@ def released_notebooks(tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
+def graded_class(tmp_path_factory, autograder_cli):
     tmp = tmp_path_factory.mktemp("class")
     out = tmp / "out"
     # the release's notebooks are the committed notebooks/: test_notebooks checks they are what release generates
     students = build.build_class(SOLUTIONS, REPO / "notebooks", REPO, out)
     build.write_class(students, tmp / "submissions")
-    proc = run_cli("grade", tmp / "submissions", "--out", out, "-j", 2, "--timeout-cell", 30,
-                   "--timeout-notebook", 90, timeout=900)
+    proc = autograder_cli("grade", tmp / "submissions", "--out", out, "-j", 2, "--timeout-cell", 30,
+                          "--timeout-notebook", 90, timeout=900)
     print(proc.stderr[-6000:])
     return {"students": students, "out": out, "proc": proc,
             "tests": build.load_tests(SOLUTIONS)}
@@ -156,7 +151,7 @@ def toy_notebook(body: str, extra_cells: tuple[str, ...] = ()) -> nbformat.Noteb
 
 
 @pytest.mark.slow
-def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
+def test_notebook_time_limit_fails_the_remaining_tests(tmp_path, autograder_cli):
     source = tmp_path / "source"
     source.mkdir()
     nbformat.write(toy_notebook("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"),
@@ -172,8 +167,8 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
         nbformat.write(toy_notebook(body, cells), tmp_path / "subs" / name / "00_toy.ipynb")
     db = tmp_path / "elsewhere" / "book.db"
     db.parent.mkdir()
-    proc = run_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source, "--db",
-                   f"sqlite:///{db}", "--timeout-cell", 4, "--timeout-notebook", 6, timeout=300)
+    proc = autograder_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source, "--db",
+                          f"sqlite:///{db}", "--timeout-cell", 4, "--timeout-notebook", 6, timeout=300)
     assert proc.returncode == 0, proc.stderr
     from nbgrader.api import Gradebook
 
@@ -192,7 +187,8 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
     assert "kernels warm" in proc.stderr and "slowest" in proc.stderr  # progress is shown
     # one student's single notebook, given by a relative path
     single = os.path.relpath(tmp_path / "subs" / "quick" / "00_toy.ipynb", REPO)
-    proc = run_cli("grade", single, "--student", "solo", "--out", tmp_path / "one", "--source", source, timeout=300)
+    proc = autograder_cli("grade", single, "--student", "solo", "--out", tmp_path / "one", "--source", source,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert build.read_csv(tmp_path / "one" / "grades.csv") == [
         {"student": "solo", "notebook": "00_toy", "score": "1", "max_score": "1"}]
@@ -200,9 +196,9 @@ def test_notebook_time_limit_fails_the_remaining_tests(tmp_path):
 
 
 @needs_solutions
-def test_release_command_writes_notebooks_under_root(tmp_path):
+def test_release_command_writes_notebooks_under_root(tmp_path, autograder_cli):
     shutil.copytree(SOLUTIONS, tmp_path / "solutions" / "loop_lab")
-    proc = run_cli("--root", tmp_path, "release", timeout=300)
+    proc = autograder_cli("--root", tmp_path, "release", timeout=300)
     assert proc.returncode == 0, proc.stderr
     written = sorted(p.name for p in (tmp_path / "notebooks").glob("*.ipynb"))
     assert written == sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
@@ -240,12 +236,12 @@ def test_check_notebook_names_the_problem(tmp_path):
         assert (problem is None) if expected is None else (expected in problem), (name, problem)
 
 
-def test_cli_usage_errors(tmp_path):
-    proc = run_cli("grade", tmp_path / "missing", "--out", tmp_path / "out", timeout=120)
+def test_cli_usage_errors(tmp_path, autograder_cli):
+    proc = autograder_cli("grade", tmp_path / "missing", "--out", tmp_path / "out", timeout=120)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
-    proc = run_cli("grade", tmp_path, "--out", tmp_path / "out", "--memory-limit", 100, timeout=120)
+    proc = autograder_cli("grade", tmp_path, "--out", tmp_path / "out", "--memory-limit", 100, timeout=120)
     assert proc.returncode == 2 and "too small" in proc.stderr
-    proc = run_cli("grade", tmp_path, timeout=120)
+    proc = autograder_cli("grade", tmp_path, timeout=120)
     assert proc.returncode == 2 and "--out" in proc.stderr
 
 
@@ -422,7 +418,7 @@ def solution_leaks(name: str, text: str, blocks) -> list[str]:
 
 
 @needs_solutions
-def test_handout_leaks_nothing_and_still_imports(tmp_path):
+def test_handout_leaks_nothing_and_still_imports(tmp_path, autograder_cli):
     release_dir = released_notebooks(tmp_path)
     root = tmp_path / "release-root"
     for name in ("labutils", "requirements.txt", "pyproject.toml"):  # the handout's pyproject is derived from it
@@ -430,7 +426,7 @@ def test_handout_leaks_nothing_and_still_imports(tmp_path):
         shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir() \
             else shutil.copyfile(src, root / name)
     zip_path = tmp_path / "dist" / "loop_lab.zip"
-    proc = run_cli("--root", root, "handout", "--out", zip_path, timeout=120)
+    proc = autograder_cli("--root", root, "handout", "--out", zip_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     with zipfile.ZipFile(zip_path) as zf:
         names = zf.namelist()

@@ -5,27 +5,19 @@ reuses the journal and on a regrade with new extensions."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from autograder_cases import build, toy
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
 DEADLINES = 'deadline = "2026-03-01T12:00"\n[penalty]\nper = "day"\npercent = 10\nfloor = 50\ncutoff_hours = 168\n'
 MARCH_9 = 1773100000  # 2026-03-09T23:46:40Z: past the cutoff
 
 
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
+def course(tmp_path_factory, autograder_cli):
     tmp = tmp_path_factory.mktemp("deadlines")
     toy.write_source(tmp / "source")
     toy.write_student(tmp / "subs", "ontime", timestamp="2026-03-01 10:00:00.000000 UTC")
@@ -35,7 +27,7 @@ def course(tmp_path_factory):
     (tmp / "deadlines.toml").write_text(DEADLINES)
     (tmp / "extensions.csv").write_text("student,notebook,until\nextended,,+48h\n")
     grade = ("grade", tmp / "subs", "--out", tmp / "out", "--source", tmp / "source", "-j", 2)
-    proc = cli(*grade, "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "extensions.csv")
+    proc = autograder_cli(*grade, "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "extensions.csv")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"tmp": tmp, "out": tmp / "out", "grade": grade}
 
@@ -70,10 +62,10 @@ def canvas_roster(path: Path) -> Path:
     return path
 
 
-def test_hand_grade_reaches_every_export_with_the_penalty(course):
+def test_hand_grade_reaches_every_export_with_the_penalty(course, autograder_cli):
     out, tmp = course["out"], course["tmp"]
     toy.give_by_hand(f"sqlite:///{out / 'gradebook.db'}", "late", 2)  # formgrader: raw 3 -> 5
-    proc = cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
+    proc = autograder_cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
     assert proc.returncode == 1, proc.stderr  # notime has no roster row: listed, and the status says so
     assert "1 graded submission(s) with no roster row" in proc.stderr and "notime" in proc.stderr
     assert "1 roster student(s) with no graded submission" in proc.stderr and "dropped" in proc.stderr
@@ -83,31 +75,31 @@ def test_hand_grade_reaches_every_export_with_the_penalty(course):
     (tmp / "moodle.csv").write_text("First name,Last name,ID number,Email address,Assignment: Loop Lab (Real)\n"
                                     "L,Ly,0002,l@x.example,-\nN,T,0009,n@x.example,-\n")
     (tmp / "map.csv").write_text("submission,ID number\nlate,0002\nnotime,0009\n")
-    proc = cli("export", "--out", out, "--format", "moodle", "--roster", tmp / "moodle.csv", "--mapping",
-               tmp / "map.csv", "--to", tmp / "moodle_import.csv")
+    proc = autograder_cli("export", "--out", out, "--format", "moodle", "--roster", tmp / "moodle.csv", "--mapping",
+                          tmp / "map.csv", "--to", tmp / "moodle_import.csv")
     assert "no roster row" in proc.stderr and "extended" in proc.stderr
     assert [r["Assignment: Loop Lab (Real)"] for r in build.read_csv(tmp / "moodle_import.csv")] == ["4", "0"]
-    assert cli("export", "--out", out).returncode == 0
+    assert autograder_cli("export", "--out", out).returncode == 0
     nbgrader = {r["student_id"]: r for r in build.read_csv(out / "nbgrader_export.csv")}
     assert (nbgrader["late"]["raw_score"], nbgrader["late"]["late_submission_penalty"], nbgrader["late"]["score"]) \
         == ("5.0", "1.0", "4.0")
     assert nbgrader["notime"]["score"] == "0.0" and nbgrader["late"]["timestamp"] == "2026-03-02 14:00:00"
 
 
-def test_rerun_and_regrade_recompute_never_double(course):
+def test_rerun_and_regrade_recompute_never_double(course, autograder_cli):
     out, tmp = course["out"], course["tmp"]
-    proc = cli(*course["grade"])  # no flags: OUT's deadlines and extensions, every task from the journal
+    proc = autograder_cli(*course["grade"])  # no flags: OUT's deadlines and extensions, every task from the journal
     assert proc.returncode == 0 and "4 task(s) reused" in proc.stderr, proc.stderr[-2000:]
     late = rows(out)["late"]
     assert (late["score"], late["raw_score"], late["late_penalty"]) == ("4", "5", "1")  # the hand grade counts once
-    cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
+    autograder_cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
     exported = {r["SIS Login ID"]: r["Loop Lab (4242)"] for r in build.read_csv(out / "canvas_import.csv")[1:]}
     assert {s: r["score"] for s, r in rows(out).items() if s in exported} == \
         {s: v for s, v in exported.items() if v}  # every score the LMS gets is grades.csv's
     (tmp / "ext2.csv").write_text("student,notebook,until\nextended,,+48h\nlate,00_toy,2026-03-03T00:00\n")
     (tmp / "ext2.csv").write_text((tmp / "ext2.csv").read_text() + "lat,,+1d\n")  # a typo: warned, not fatal
-    proc = cli(*course["grade"], "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "ext2.csv",
-               "--regrade", "late")
+    proc = autograder_cli(*course["grade"], "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "ext2.csv",
+                          "--regrade", "late")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "WARNING: extensions.csv names student 'lat', who has no submission" in proc.stderr
     got = rows(out)

@@ -186,7 +186,7 @@ def test_notebook_graded_cells_match_the_registry(folder):
                 assert verifier.verify_calls(source) == [(e.notebook, e.functions[0].name, p.id)]
 
 
-def test_the_scaffold_prints_the_graded_cells_the_solutions_hold():
+def test_the_scaffold_prints_the_graded_cells_the_solutions_hold(autograder_cli):
     """``python -m autograder cells ID`` prints a notebook (valid nbformat) whose cells are, source and metadata,
     the exercise's graded cells in its solutions notebook, each heading right before its test."""
     import json
@@ -196,8 +196,7 @@ def test_the_scaffold_prints_the_graded_cells_the_solutions_hold():
     from autograder.course.scaffold import graded_cells
 
     for exercise in exercises.EXERCISES:
-        proc = subprocess.run([sys.executable, "-m", "autograder", "cells", exercise.id], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        proc = autograder_cli("cells", exercise.id, timeout=60)
         assert proc.returncode == 0, proc.stderr
         printed = nbformat.reads(proc.stdout, as_version=4)
         nbformat.validate(printed)

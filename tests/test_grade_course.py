@@ -9,7 +9,6 @@ grade reported (the lab's tests and points change with the lab).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -19,9 +18,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from browser.grading import ANSWER_ID, NOTEBOOK, REPO, SESSION_CLASS, copy_of, grade, submission
+from browser.grading import (ANSWER_ID, ASSIGNMENT, NOTEBOOK, REPO, SESSION_CLASS, copy_of, export, grade,
+                             submission)
 
-ASSIGNMENT = "loop_lab"
 MANUAL_POINTS = 1.0  # bob's written answer, scored by hand
 
 
@@ -46,15 +45,6 @@ def score_by_hand(course: Path, student: str, grade_id: str, points: float) -> N
         gb.db.commit()
 
 
-def export(course: Path, dest: Path) -> dict[str, float]:
-    """``python -m autograder export``: student -> the assignment's score."""
-    proc = subprocess.run([sys.executable, "-m", "autograder", "export", "--out", course, "--to", dest], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(dest, newline="") as f:
-        return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f) if row["assignment"] == ASSIGNMENT}
-
-
 def needs_manual_grade(course: Path, student: str) -> bool:
     from nbgrader.api import Gradebook
 
@@ -63,7 +53,7 @@ def needs_manual_grade(course: Path, student: str) -> bool:
 
 
 @pytest.mark.slow
-def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tiny_class, tmp_path):
+def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tiny_class, tmp_path, autograder_cli):
     graded = copy_of(tiny_class, tmp_path / "class")  # the session's class: this test changes its own copy
     course = graded.out
     autograded = {s: graded.autograded(s)[0] for s in SESSION_CLASS}  # the graders' scores
@@ -78,17 +68,17 @@ def test_grade_leaves_a_course_whose_manual_grades_are_exported_and_kept(tiny_cl
     assert {s: listed[s]["score"] for s in listed} == autograded
     assert listed["alice"]["needs_manual_grade"] and listed["bob"]["needs_manual_grade"]  # answers a person grades
     assert not listed["dan"]["needs_manual_grade"]  # no answer written: nbgrader scores it 0 by itself
-    assert export(course, tmp_path / "export-0.csv") == autograded
+    assert export(autograder_cli, course, tmp_path / "export-0.csv") == autograded
 
     score_by_hand(course, "bob", ANSWER_ID, MANUAL_POINTS)
-    assert export(course, tmp_path / "export-1.csv")["bob"] == autograded["bob"] + MANUAL_POINTS
+    assert export(autograder_cli, course, tmp_path / "export-1.csv")["bob"] == autograded["bob"] + MANUAL_POINTS
 
     late = graded.submissions / "carol"  # a late submission: the class is graded again
     late.mkdir()
     nbformat.write(submission("alice"), late / f"{NOTEBOOK}.ipynb")
-    proc = grade(graded.submissions, graded.out)
+    proc = grade(autograder_cli, graded.submissions, graded.out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    exported = export(course, tmp_path / "export-2.csv")
+    exported = export(autograder_cli, course, tmp_path / "export-2.csv")
     assert exported == {**autograded, "bob": autograded["bob"] + MANUAL_POINTS, "carol": autograded["alice"]}
     assert not needs_manual_grade(course, "bob"), "bob's answer, graded by hand, is flagged again"
     assert needs_manual_grade(course, "alice") and needs_manual_grade(course, "carol")

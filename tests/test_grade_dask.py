@@ -94,11 +94,10 @@ def classroom(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def local_run(classroom):
+def local_run(classroom, autograder_cli):
     out = classroom["tmp"] / "local"
-    proc = run_cli("grade", classroom["tmp"] / "submissions", "--out", out, "-j", 2, *LIMITS)
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-4000:]
+    proc = autograder_cli("grade", classroom["tmp"] / "submissions", "--out", out, "-j", 2, *LIMITS, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 
 

@@ -19,7 +19,6 @@ import pytest
 
 from autograder_cases import toy
 
-REPO = Path(__file__).resolve().parents[1]
 PG_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/local/bin", *sorted(map(str, Path("/usr/lib/postgresql").glob("*/bin")))]
 pytestmark = pytest.mark.autograder
 
@@ -101,10 +100,9 @@ def postgres():
         assert not running, f"the PostgreSQL server in {folder} is still running"
 
 
-def grade(subs: Path, out: Path, source: Path, db: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder", "grade", str(subs), "--out", str(out), "--source",
-                           str(source), "--db", db, "--timeout-cell", "30"], cwd=REPO, capture_output=True, text=True,
-                          timeout=400)
+def grade(cli, subs: Path, out: Path, source: Path, db: str) -> subprocess.CompletedProcess:
+    """``python -m autograder grade`` into the gradebook at ``db`` (``cli``: the suite's ``autograder_cli``)."""
+    return cli("grade", subs, "--out", out, "--source", source, "--db", db, "--timeout-cell", 30, timeout=400)
 
 
 def counts(url: str) -> dict[str, int]:
@@ -125,11 +123,11 @@ def scores(url: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_grades_go_to_postgresql_and_a_regrade_updates_them(postgres, tmp_path):
+def test_grades_go_to_postgresql_and_a_regrade_updates_them(postgres, tmp_path, autograder_cli):
     source = toy.write_source(tmp_path / "source")  # add: a visible test (1 point) and a hidden one (2 points)
     for student, body in {"ann": toy.CORRECT, "bob": toy.STUB, "cy": toy.ONE_MISTAKE}.items():
         toy.write_student(tmp_path / "subs", student, body)
-    proc = grade(tmp_path / "subs", tmp_path / "out", source, postgres)
+    proc = grade(autograder_cli, tmp_path / "subs", tmp_path / "out", source, postgres)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "out" / "gradebook.db").exists()  # it went where --db said
     assert scores(postgres) == {"ann": 3.0, "bob": 0.0, "cy": 1.0}  # cy: the visible test only
@@ -138,7 +136,7 @@ def test_grades_go_to_postgresql_and_a_regrade_updates_them(postgres, tmp_path):
 
     # bob hands in a fix late; only bob is graded again, into the same gradebook
     toy.write_student(tmp_path / "late", "bob", toy.CORRECT)
-    proc = grade(tmp_path / "late", tmp_path / "out-late", source, postgres)
+    proc = grade(autograder_cli, tmp_path / "late", tmp_path / "out-late", source, postgres)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert scores(postgres) == {"ann": 3.0, "bob": 3.0, "cy": 1.0}  # updated
     assert counts(postgres) == before  # not duplicated

@@ -119,3 +119,34 @@ def test_a_rerun_gives_the_gradebook_the_assignment_again_only_when_it_changed(t
     with open(out / "grades.csv") as f:
         assert [(r["student"], r["score"]) for r in csv.DictReader(f)] == [("ann", "1")]
     assert "sqlite" not in (out / ".journal" / "gradebook-assignment").read_text()  # a URL may hold a password
+
+
+def test_a_lent_zygote_outlives_the_runs_that_borrow_it(tmp_path, monkeypatch):
+    """LocalExecutor(zygote=...) grades on a warm zygote its owner keeps: a run (one with nothing to grade
+    included) never closes it, and never starts one of its own; without one, the run starts and closes its own."""
+    from autograder.run import pool
+
+    started, closed = [], []
+
+    class FakeZygote:
+        def __init__(self, work=None):
+            started.append(self)
+
+        def close(self):
+            closed.append(self)
+
+    monkeypatch.setattr(pool, "SharedZygote", FakeZygote)
+    lent = FakeZygote()
+    for nothing_to_grade in (True, False):
+        executor = pool.LocalExecutor(2, zygote=lent)
+        executor.start(tmp_path)
+        assert executor.zygote is lent
+        if nothing_to_grade:
+            executor.run([], None, on_result=None)
+        executor.close()
+    assert started == [lent] and not closed
+    own = pool.LocalExecutor(2)
+    own.start(tmp_path)
+    own.run([], None, on_result=None)  # nothing to grade: its warm-up is stopped at once
+    own.close()
+    assert len(started) == 2 and closed == [started[1]]

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -14,7 +11,6 @@ from autograder.run.execute import SKIPPED, last_graded_code_cell, skip_after_la
 
 from autograder_cases.toy import notebook
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.autograder
 
 
@@ -36,7 +32,7 @@ def test_cells_after_the_last_test_are_marked_not_run():
 
 
 @pytest.mark.slow
-def test_grading_stops_at_the_last_test_cell(tmp_path):
+def test_grading_stops_at_the_last_test_cell(tmp_path, autograder_cli):
     source = tmp_path / "source"
     source.mkdir()
     nbformat.write(toy("    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION\n"), source / "00_toy.ipynb")
@@ -46,9 +42,8 @@ def test_grading_stops_at_the_last_test_cell(tmp_path):
     # a wrong solution still fails: only what comes after the last test is skipped
     (tmp_path / "subs" / "bob").mkdir(parents=True)
     nbformat.write(toy("    return a - b\n", after=after), tmp_path / "subs" / "bob" / "00_toy.ipynb")
-    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", tmp_path / "subs", "--out", tmp_path / "out",
-                           "--source", source, "--timeout-cell", "60"], cwd=REPO, capture_output=True, text=True,
-                          timeout=400)
+    proc = autograder_cli("grade", tmp_path / "subs", "--out", tmp_path / "out", "--source", source, "--timeout-cell",
+                          60, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ann = json.loads((tmp_path / "out" / "ann.json").read_text())
     bob = json.loads((tmp_path / "out" / "bob.json").read_text())

@@ -10,17 +10,18 @@ the attacks of :mod:`.hostile` (issue 28): every page that shows them must show 
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
 import mutants
+from autograder.layout import ASSIGNMENT
 from autograder_cases import build
 from browser import hostile
 
@@ -93,10 +94,20 @@ def write_submissions(dest: Path, students=tuple(STUDENTS)) -> Path:
     return dest
 
 
-def grade(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``python -m autograder grade SUBMISSIONS --out OUT`` as an instructor runs it."""
-    return subprocess.run([sys.executable, "-m", "autograder", "grade", submissions, "--out", out, *GRADE_ARGS,
-                           *extra], cwd=REPO, capture_output=True, text=True, timeout=600)
+def grade(cli, submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``python -m autograder grade SUBMISSIONS --out OUT`` as an instructor runs it (``cli``: the suite's
+    ``autograder_cli``, tests/conftest.py)."""
+    return cli("grade", submissions, "--out", out, *GRADE_ARGS, *extra)
+
+
+def export(cli, course: Path, dest: Path) -> dict[str, float]:
+    """``python -m autograder export`` (``cli``: as in :func:`grade`): student -> the assignment's score (autograded
+    + manual)."""
+    proc = cli("export", "--out", course, "--to", dest, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(dest, newline="") as f:
+        return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)
+                if row["assignment"] == ASSIGNMENT}
 
 
 def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
@@ -110,9 +121,10 @@ def copy_of(graded: GradedClass, dest: Path) -> GradedClass:
 SESSION_CLASS = (*STUDENTS, HOSTILE)  # the class graded once per test session (tests/conftest.py: tiny_class)
 
 
-def shared_class(folder: Path, students=SESSION_CLASS) -> GradedClass:
-    """The class graded into ``folder`` once: the first caller (an xdist worker, holding the lock) grades it, the
-    others read what it left. A failed grading is kept too, so every caller fails with the same stderr."""
+def shared_class(folder: Path, cli, students=SESSION_CLASS) -> GradedClass:
+    """The class graded into ``folder`` once (with ``cli``, as :func:`grade`): the first caller (an xdist worker,
+    holding the lock) grades it, the others read what it left. A failed grading is kept too, so every caller fails
+    with the same stderr."""
     from filelock import FileLock
 
     done = folder / "graded.json"
@@ -120,7 +132,7 @@ def shared_class(folder: Path, students=SESSION_CLASS) -> GradedClass:
         if not done.exists():
             folder.mkdir(parents=True, exist_ok=True)
             submissions = write_submissions(folder / "submissions", students)
-            proc = grade(submissions, folder / "out")
+            proc = grade(cli, submissions, folder / "out")
             done.write_text(json.dumps({"args": [str(a) for a in proc.args], "returncode": proc.returncode,
                                         "stdout": proc.stdout, "stderr": proc.stderr}))
     saved = json.loads(done.read_text())

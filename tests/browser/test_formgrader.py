@@ -9,18 +9,13 @@ other tests' class is left as it was.
 
 from __future__ import annotations
 
-import csv
-import subprocess
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
 
 from autograder.course.formgrader import SERVER_ARGS
 
 from .conftest import ENABLE
-from .grading import ANSWER_ID, NOTEBOOK, REPO, copy_of, grade, submission
+from .grading import ANSWER_ID, ASSIGNMENT, NOTEBOOK, copy_of, export, grade, submission
 
 pytest.importorskip("playwright.sync_api", reason=ENABLE)
 
@@ -28,19 +23,8 @@ from playwright.sync_api import expect  # noqa: E402
 
 from . import labpage  # noqa: E402
 
-ASSIGNMENT = "loop_lab"
 STUDENT = "bob"  # his written answer is weak: 1 of 2 points
 MANUAL_POINTS = 1.0
-
-
-def export(course: Path, dest: Path) -> dict[str, float]:
-    """``python -m autograder export``: student -> the assignment's score (autograded + manual)."""
-    proc = subprocess.run([sys.executable, "-m", "autograder", "export", "--out", course, "--to", dest], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(dest, newline="") as f:
-        return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)
-                if row["assignment"] == ASSIGNMENT}
 
 
 def open_submission(page, server, student: str, code_score: str):
@@ -68,7 +52,8 @@ def open_submission(page, server, student: str, code_score: str):
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_class, jupyter, page, tmp_path):
+def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_class, jupyter, page, tmp_path,
+                                                                      autograder_cli):
     graded = copy_of(graded_class, tmp_path / "class")
     course = graded.out
     autograded, code_max = graded.autograded(STUDENT)
@@ -84,14 +69,14 @@ def test_manual_grade_in_formgrader_is_exported_and_survives_regrading(graded_cl
     assert saved.value.ok and saved.value.json()["manual_score"] == MANUAL_POINTS
     labpage.screenshot(page, "formgrader-2-scored")
 
-    assert export(course, tmp_path / "export-1.csv")[STUDENT] == autograded + MANUAL_POINTS
+    assert export(autograder_cli, course, tmp_path / "export-1.csv")[STUDENT] == autograded + MANUAL_POINTS
 
     late = graded.submissions / "carol"  # a late submission: the whole class is graded again
     late.mkdir()
     nbformat.write(submission("alice"), late / f"{NOTEBOOK}.ipynb")
-    proc = grade(graded.submissions, graded.out)
+    proc = grade(autograder_cli, graded.submissions, graded.out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    exported = export(course, tmp_path / "export-2.csv")
+    exported = export(autograder_cli, course, tmp_path / "export-2.csv")
     assert exported[STUDENT] == autograded + MANUAL_POINTS, "grading again lost the manual grade"
     assert "carol" in exported
 

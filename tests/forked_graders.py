@@ -82,6 +82,7 @@ def _command(request: dict, replies: int, server: int, zygote) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # the server's was cached: this command's TMPDIR is the caller's
     sys.argv = [str(REPO / "autograder" / "__main__.py"), *request["argv"]]
     atexit._clear()  # the server's exit handlers are not this command's
     from autograder import cli

@@ -2,13 +2,15 @@
 
 A small class with known mistakes is graded once without interruption (the reference). Then the same class is graded
 into another OUT by a grader that is killed with SIGKILL five times (as an OOM killer or a pre-emption would: no
-clean-up of its own), with its workers while a kernel runs, after its first finished task, after one more, during the gradebook write and during the
-summary (the last two at the grader's kill points), before a fifth run is let finish: its grades.csv and every student's JSON equal the reference's, the
-tasks finished before a kill are not graded again, nothing of a killed run is left running (each run is started
-under a subreaper, tests/autograder_cases/reaper.py) and no file or folder of a dead run is left in TMPDIR (kernel
-connection files included). Then a late student
-is added: the next run grades that student's notebooks alone. A second run on a locked OUT is refused. The same
-resume on a Dask cluster (its client killed): tests/test_grade_dask.py, beside that module's one cluster.
+clean-up of its own): with its workers while a kernel runs, after its first finished task, after one more, during the
+gradebook write and during the summary (the last two at the grader's kill points), before a sixth run is let finish:
+its grades.csv and every student's JSON equal the reference's, the tasks finished before a kill are not graded again,
+nothing of a killed run is left running (each of those runs is a real ``python -m autograder`` started under a
+subreaper, tests/autograder_cases/reaper.py) and no file or folder of a dead run is left in TMPDIR (kernel connection
+files included). Then a late student is added: the next run grades that student's notebooks alone. A second run on a
+locked OUT is refused. The runs nobody kills (the reference, the late student's, the refused one) are the suite's
+forked commands (tests/forked_graders.py). The same resume on a Dask cluster (its client killed):
+tests/test_grade_dask.py, beside that module's one cluster.
 """
 
 from __future__ import annotations
@@ -131,17 +133,22 @@ def _left_after(run: GraderRun) -> list[dict]:
     return left
 
 
+def _uninterrupted(cli, submissions: Path, out: Path, tmp: Path) -> subprocess.CompletedProcess:
+    """A run nobody kills (``cli``: the suite's ``autograder_cli``), with the killed runs' options and TMPDIR."""
+    (tmp / "scratch").mkdir(exist_ok=True)
+    return cli("grade", submissions, "--out", out, "-j", 2, *LIMITS, env=dict(os.environ, TMPDIR=str(tmp / "scratch")),
+               timeout=900)
+
+
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, autograder_cli):
     tmp = tmp_path_factory.mktemp("resume")
     students = _students(tmp)
     on_time = [st for name, st in students.items() if name != LATE]
     build.write_class(on_time, tmp / "submissions")
 
-    reference = GraderRun(tmp / "submissions", tmp / "reference", tmp)
-    first = reference.exited(900)
-    reference.stop()
-    assert first["returncode"] == 0, reference.stderr[-3000:]
+    reference = _uninterrupted(autograder_cli, tmp / "submissions", tmp / "reference", tmp)
+    assert reference.returncode == 0, reference.stderr[-3000:]
 
     out, kills = tmp / "out", []
     for moment in ("with its workers, while a kernel runs", "after the first task", "after one more task",
@@ -211,13 +218,11 @@ def test_nothing_of_a_killed_run_is_left(graded):
     assert left == [], f"files of killed runs left in TMPDIR: {left}"
 
 
-def test_a_late_student_is_graded_alone(graded):
+def test_a_late_student_is_graded_alone(graded, autograder_cli):
     tmp, out = graded["tmp"], graded["out"]
     build.write_class([graded["students"][LATE]], tmp / "submissions")
-    run = GraderRun(tmp / "submissions", out, tmp)
-    exited = run.exited(900)
-    run.stop()
-    assert exited["returncode"] == 0, run.stderr[-3000:]
+    run = _uninterrupted(autograder_cli, tmp / "submissions", out, tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
     everyone = sum(len(nbs) for nbs in CLASS.values())
     assert f"{everyone} task(s) reused" in run.stderr and "1 to grade (1 new)" in run.stderr, run.stderr[-2000:]
     assert {r["student"] for r in build.read_csv(out / "grades.csv")} == {*CLASS, LATE}
@@ -225,13 +230,12 @@ def test_a_late_student_is_graded_alone(graded):
         records.assert_same_record(out, graded["reference"], name)
 
 
-def test_a_second_run_on_a_busy_out_is_refused(graded, tmp_path):
+def test_a_second_run_on_a_busy_out_is_refused(graded, tmp_path, autograder_cli):
     from autograder.results import journal
 
     held = journal.lock_out(tmp_path / "out")
     try:
-        proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(graded["tmp"] / "submissions"),
-                               "--out", str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=300)
+        proc = autograder_cli("grade", graded["tmp"] / "submissions", "--out", tmp_path / "out", timeout=300)
     finally:
         held.close()
     assert proc.returncode == 2

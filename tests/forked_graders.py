@@ -149,6 +149,13 @@ def serve() -> None:
 # --- the test side -----------------------------------------------------------------------------------------------------
 
 
+def run_real(*args, cwd: Path = REPO, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m autograder ARGS`` as a process of its own, called as :meth:`GraderServer.run` is: for a command
+    whose zygote must see the caller's environment (a wrapper on its path) or that tests the start-up itself."""
+    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
 class GraderServer:
     """The server process, started on first use (:meth:`run`) and closed with the test session."""
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from browser.grading import (ANSWER_ID, ASSIGNMENT, NOTEBOOK, REPO, SESSION_CLASS, copy_of, export, grade,
+import forked_graders
+from browser.grading import (ANSWER_ID, ASSIGNMENT, NOTEBOOK, SESSION_CLASS, copy_of, export, grade,
                              submission)
 
 MANUAL_POINTS = 1.0  # bob's written answer, scored by hand
@@ -105,6 +104,5 @@ def test_the_course_config_follows_the_folder(tmp_path):
 
 
 def test_export_without_a_course_says_what_to_do(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "autograder", "export", "--out", tmp_path], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = forked_graders.run_real("export", "--out", tmp_path, timeout=120)  # the command line's start-up, for real
     assert proc.returncode == 2 and "grade into" in proc.stderr

@@ -3,13 +3,11 @@ extensions; the instructor's files read strictly, a mistake named with its fix."
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
+import forked_graders
 from autograder.results import late
 from autograder.results.late import Deadlines, Extension, LateConfigError, Policy
 
@@ -122,9 +120,8 @@ def test_grade_with_a_malformed_extensions_file_exits_2_before_grading(tmp_path)
     (tmp_path / "subs" / "alice").mkdir(parents=True)
     (tmp_path / "d.toml").write_text('deadline = "2026-03-01T12:00"\n')
     (tmp_path / "e.csv").write_text("student,notebook,until\nalice,,soon\n")
-    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", tmp_path / "subs", "--out", tmp_path / "out",
-                           "--deadlines", tmp_path / "d.toml", "--extensions", tmp_path / "e.csv"],
-                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    proc = forked_graders.run_real("grade", tmp_path / "subs", "--out", tmp_path / "out", "--deadlines",
+                                   tmp_path / "d.toml", "--extensions", tmp_path / "e.csv", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in proc.stderr
     assert "e.csv line 2: 'soon' is not a date-time" in proc.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import forked_graders
 from browser.grading import NOTEBOOK, REPO, SESSION_CLASS, grade
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
@@ -84,7 +85,7 @@ def graded(tmp_path_factory, tiny_class) -> dict[str, Path]:
     (tmp / "reword" / "sitecustomize.py").write_text(REWORD)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join([str(tmp / "reword"), str(REPO)]))  # this checkout's code
-        proc = grade(tiny_class.submissions, tmp / "reworded")
+        proc = grade(forked_graders.run_real, tiny_class.submissions, tmp / "reworded")  # its zygote reworded too
     assert proc.returncode == 0, proc.stderr[-4000:]
     return {"plain": tiny_class.out, "reworded": tmp / "reworded"}
 

@@ -11,10 +11,12 @@ INSTALLED := $(VENV)/.installed
 lab: $(INSTALLED) data
 	$(PY) -m labutils lab --out artifacts
 
-# The test modules run side by side, each whole on one worker (a module's class-grading fixture is graded once).
-# The suite is bound by CPU: -n auto gives one worker per core. At most 4 (memory).
+# The test modules run side by side, each whole on one worker (a module's class-grading fixture is graded once),
+# longest first in tests/conftest.py's order (--no-loadscope-reorder: xdist would start the modules with the most
+# tests first, and leave a long one for the end). The suite is bound by CPU: -n auto gives one worker per core. At
+# most 4 (memory).
 test: $(INSTALLED) data system
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

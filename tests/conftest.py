@@ -39,14 +39,15 @@ def _notebooks(value) -> set[str]:
     return set()
 
 
-# The modules that take longest, run first: `--dist loadfile` hands modules to xdist workers in collection order, so one
-# of these started last would run alone at the end. Seconds of each module alone on a loaded 2-core machine (wall,
-# 2026-11-26): dask 517, resume 429, autograder 345, confinement_class 322, doors 171, checks 68; the notebooks and
-# the browser tests (which share one graded class with test_grade_course) several minutes each. A module not listed
-# keeps its place after them.
-LONGEST_FIRST = ("test_grade_dask.py", "test_grade_resume.py", "test_notebooks.py", "test_autograder.py",
-                 "test_confinement_class.py", "test_doors.py", "test_student_lab.py", "test_formgrader.py",
-                 "test_hostile.py", "test_feedback.py", "test_grade_course.py", "test_checks.py")
+# The modules that take longest, run first: `--dist loadfile --no-loadscope-reorder` (the Makefile) hands modules to
+# xdist workers in collection order, so one of these started last would run alone at the end (xdist's own order, by
+# number of tests, started the 451 quick tests of test_checks first and left test_autograder to the middle). Seconds
+# of each module in the suite on the 2-core AVX2 machine (wall, 2026-11-28): autograder 250, dask 214,
+# confinement_class 164, resume 143, notebooks 107, evidence 88, doors 68, student_lab 66, hostile 62, gradescope
+# 60, checks 56, formgrader 46, verdict_data 38. A module not listed keeps its place after them.
+LONGEST_FIRST = ("test_autograder.py", "test_grade_dask.py", "test_confinement_class.py", "test_grade_resume.py",
+                 "test_notebooks.py", "test_evidence.py", "test_doors.py", "test_student_lab.py", "test_hostile.py",
+                 "test_gradescope.py", "test_checks.py", "test_formgrader.py", "test_verdict_data.py")
 
 
 def _longest_first(items) -> None:

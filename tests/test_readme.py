@@ -22,3 +22,14 @@ def test_the_labutils_table_names_every_module():
     tabled = {name.removesuffix(".py") for name in tabled_modules((ROOT / "README.md").read_text())}
     assert present - tabled == set(), f"labutils modules missing from the README's table: {sorted(present - tabled)}"
     assert tabled - present == set(), f"the README's table names modules that do not exist: {sorted(tabled - present)}"
+
+
+def test_the_suite_starts_its_longest_modules_first():
+    """make test keeps the collection order (tests/conftest.py: LONGEST_FIRST), which names only modules that exist: a
+    renamed one would drop out of the order and might run alone at the end"""
+    import conftest
+
+    command = next(line for line in (ROOT / "Makefile").read_text().splitlines() if "-m pytest" in line)
+    assert "--dist loadfile" in command and "--no-loadscope-reorder" in command, command
+    modules = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    assert set(conftest.LONGEST_FIRST) <= modules, sorted(set(conftest.LONGEST_FIRST) - modules)

@@ -46,8 +46,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_chromium():
+    """Playwright, per module: its sync API keeps an asyncio loop running in this thread until it stops, and an xdist
+    worker runs other modules after this one (``asyncio.run`` there failed with "cannot be called from a running
+    event loop")."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -1,13 +1,14 @@
 """``python -m autograder ...`` run in forks of one process that has imported the grader and holds a warm zygote, for
 the tests that check what a command grades, writes and says rather than how its processes live and die.
 
-Why: every ``python -m autograder grade`` pays a fixed ~13 s of CPU on the 2-core AVX2 machine before and after its
-tasks: its zygote's warm-up (torch, torch._dynamo, ipykernel, the data: ~6.5 s), the grader's own imports (nbgrader,
-nbconvert, SQLAlchemy: ~2.5 s), the feedback templates, matplotlib for the summary. The suite ran about forty such
-commands. Here a server pays them once per xdist worker: it imports what the commands import, warms the feedback
-templates, starts one :class:`~autograder.sandbox.client.SharedZygote` and waits for it; each command is then a fork
-of it that runs ``autograder.cli.main(argv, zygote)`` with the caller's arguments, folder, environment and a stdout
-and stderr of its own, and exits with the command's status. ``grade`` lends its workers that zygote
+Why: every ``python -m autograder grade`` pays a fixed ~15 s of CPU on the 2-core AVX2 machine besides its tasks
+(process accounting of a run of the one-notebook toy assignment: the zygote 8.8 s, torch, torch._dynamo, ipykernel and
+the data; the grader 6.5 s, its imports, nbgrader's alone ~1 s, the feedback templates and the summary's figure),
+against ~1 s per toy task. The suite ran about forty such commands. Here a server pays them once per xdist worker:
+it imports what the commands import, warms the feedback templates, starts one
+:class:`~autograder.sandbox.client.SharedZygote` and waits for it; each command is then a fork of it that runs
+``autograder.cli.main(argv, zygote)`` with the caller's arguments, folder, environment and a stdout and stderr of its
+own, and exits with the command's status. ``grade`` lends its workers that zygote
 (:class:`~autograder.run.pool.LocalExecutor`'s ``zygote``): each still gets a server of its own, which kills what its
 kernels left.
 

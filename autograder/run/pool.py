@@ -188,8 +188,8 @@ class LocalExecutor:
     executor (Dask) offers the same three methods.
 
     ``zygote``: a warm one lent by a process that grades many times (it started it, waited for it and closes it;
-    this run attaches its workers and leaves it running), so that no run pays its imports again (~5 s of CPU). Each
-    worker still gets a server of its own, which kills what its kernels left when the worker goes.
+    this run attaches its workers and leaves it running), so that no run pays its warm-up again (8.8 s of CPU on the
+    AVX2 machine). Each worker still gets a server of its own, which kills what its kernels left when the worker goes.
     """
 
     def __init__(self, jobs: int, zygote: SharedZygote | None = None):

@@ -25,7 +25,6 @@ closes; its zygote and commands die with it.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import importlib
 import json
 import os
@@ -45,7 +44,6 @@ PRELOAD = ("autograder.cli", "autograder.grade", "autograder.course.release", "a
            "autograder.results.gradebook", "autograder.results.export", "autograder.results.lms",
            "nbgrader.api", "nbgrader.converters", "nbgrader.preprocessors", "matplotlib.figure",
            "matplotlib.backends.backend_agg")
-_PR_SET_PDEATHSIG = 1
 
 
 # --- the server (this file, run as a script) -------------------------------------------------------------------------
@@ -67,13 +65,14 @@ def _warm_up(folder: Path):
 def _command(request: dict, replies: int, server: int, zygote) -> None:
     """In the forked child: what ``python -m autograder ARGV`` started in ``cwd`` with ``env`` would have, then the
     command; it leaves with the command's exit status."""
+    from autograder.sandbox.policy import die_with_parent
+
     os.setsid()  # its own process group: a timed-out command is killed with its workers
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != server:
-        os._exit(1)
+    die_with_parent(server)
     os.close(replies)
-    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
-                            (2, request["stderr"], os.O_WRONLY)):
+    written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], written),
+                            (2, request["stderr"], written)):
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)
@@ -181,8 +180,6 @@ class GraderServer:
         argv = [str(a) for a in args]
         with self._lock, tempfile.TemporaryDirectory(prefix="looplab-command-") as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            out.touch()
-            err.touch()
             if self.process is None:
                 self.process = self._start()
             request = {"argv": argv, "cwd": str(cwd), "env": dict(os.environ if env is None else env),

@@ -16,6 +16,7 @@ import pytest
 
 from autograder import gradescope
 
+import forked_graders
 from autograder_cases import toy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,9 +48,8 @@ def unpacked(tmp_path_factory):
     """Gradescope's /autograder, elsewhere: the zip unpacked into ROOT/source, as Gradescope does."""
     tmp = tmp_path_factory.mktemp("gradescope")
     zip_path = tmp / "autograder.zip"
-    proc = subprocess.run([sys.executable, "-m", "autograder", "gradescope", "--out", zip_path, "--source",
-                           toy.write_source(tmp / "source"), "--no-data"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = forked_graders.run_real("gradescope", "--out", zip_path, "--source", toy.write_source(tmp / "source"),
+                                   "--no-data", timeout=120)
     assert proc.returncode == 0, proc.stderr
     root = tmp / "autograder"
     with zipfile.ZipFile(zip_path) as z:

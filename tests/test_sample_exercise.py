@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import forked_graders
 from autograder_cases import build, doors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,8 +56,7 @@ def _sample_notebook(project: Path) -> nbformat.NotebookNode:
                  "grade": False, "grade_id": "standardise", "locked": False, "schema_version": 3, "solution": True,
                  "task": False}}),
              nbformat.v4.new_code_cell("print(checks.check_normalize(standardise))")]
-    printed = subprocess.run([sys.executable, "-m", "autograder", "cells", "standardise"], cwd=project,
-                             env=_env(project), capture_output=True, text=True, timeout=120)
+    printed = forked_graders.run_real("cells", "standardise", cwd=project, env=_env(project), timeout=120)
     assert printed.returncode == 0, printed.stderr
     nb = nbformat.v4.new_notebook(cells=cells + nbformat.reads(printed.stdout, as_version=4).cells)
     nb.metadata = nbformat.read(project / "solutions" / build.ASSIGNMENT / "00_data_tour.ipynb", as_version=4).metadata
@@ -77,8 +75,7 @@ def sample_class(tmp_path_factory):
     with open(project / "labutils" / "exercises.py", "a") as f:
         f.write(REGISTRY_ENTRY)
     nbformat.write(_sample_notebook(project), project / "solutions" / build.ASSIGNMENT / f"{NOTEBOOK}.ipynb")
-    released = subprocess.run([sys.executable, "-m", "autograder", "release"], cwd=project, env=_env(project),
-                              capture_output=True, text=True, timeout=300)
+    released = forked_graders.run_real("release", cwd=project, env=_env(project), timeout=300)
     assert released.returncode == 0, released.stderr[-3000:]
     release = nbformat.read(project / "notebooks" / f"{NOTEBOOK}.ipynb", as_version=4)
     students = {"correct": build.with_function(release, ("standardise",), CORRECT),
@@ -87,9 +84,8 @@ def sample_class(tmp_path_factory):
     for name, nb in students.items():
         (root / "submissions" / name).mkdir(parents=True)
         nbformat.write(nb, root / "submissions" / name / f"{NOTEBOOK}.ipynb")
-    graded = subprocess.run([sys.executable, "-m", "autograder", "grade", str(root / "submissions"), "--out",
-                             str(root / "out"), "-j", "2"], cwd=project, env=_env(project), capture_output=True,
-                            text=True, timeout=900)
+    graded = forked_graders.run_real("grade", root / "submissions", "--out", root / "out", "-j", 2, cwd=project,
+                                     env=_env(project), timeout=900)
     after = {p.relative_to(project): p.read_bytes() for p in (project / "autograder").rglob("*.py")}
     return {"out": root / "out", "graded": graded, "autograder_untouched": before == after}
 

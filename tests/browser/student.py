@@ -8,11 +8,10 @@ test_handout_setup.py proves that ``pip install .`` installs exactly those.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
+import forked_graders
 from autograder.course import handout as handout_module
 from labutils import data
 
@@ -21,8 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def unpacked_handout(tmp: Path) -> Path:
     zip_path = tmp / "loop-lab.zip"
-    proc = subprocess.run([sys.executable, "-m", "autograder", "handout", "--out", zip_path], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = forked_graders.run_real("handout", "--out", zip_path, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"python -m autograder handout failed:\n{proc.stderr[-3000:]}")
     with zipfile.ZipFile(zip_path) as zf:

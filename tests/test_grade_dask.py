@@ -32,7 +32,7 @@ from autograder_cases import build, records
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions" / "loop_lab"
-LIMITS = ["--timeout-cell", 30, "--timeout-notebook", 90]  # as test_autograder's class (its hang cases use them)
+LIMITS = ["--timeout-cell", 30, "--timeout-notebook", 90]  # the slow student's cell sleeps SLOW_S well inside them
 EXTRA_TEXT = "a data file that travelled with its task"
 SLOW_S = 12  # the slow student's cell sleeps this long in the kernel: time to kill its worker mid-task (3 s in)
 

@@ -26,10 +26,12 @@ def test_the_labutils_table_names_every_module():
 
 def test_the_suite_starts_its_longest_modules_first():
     """make test keeps the collection order (tests/conftest.py: LONGEST_FIRST), which names only modules that exist: a
-    renamed one would drop out of the order and might run alone at the end"""
+    renamed one would drop out of the order and might run alone at the end; and it writes bytecode, whatever the
+    machine's PYTHONDONTWRITEBYTECODE says"""
     import conftest
 
     command = next(line for line in (ROOT / "Makefile").read_text().splitlines() if "-m pytest" in line)
     assert "--dist loadfile" in command and "--no-loadscope-reorder" in command, command
+    assert command.split()[0] == "PYTHONDONTWRITEBYTECODE=", command  # its ~100 Python processes share compiled code
     modules = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
     assert set(conftest.LONGEST_FIRST) <= modules, sorted(set(conftest.LONGEST_FIRST) - modules)

@@ -264,7 +264,7 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
     s.append(Student("function-missing", "the graded function renamed", {"02_scheduler": renamed},
                      **all02("train_one_epoch")))
     # the never-ending cells below wait rather than spin: the same timeout, interrupt and kill, without a core burnt
-    # for each timeout (two of 30 s here); spinning cells are stopped in test_autograder's time-limit test
+    # for each timeout (test_autograder's cell limit); spinning cells are stopped in test_autograder's time-limit test
     s.append(Student("infinite-loop", "the graded function never returns (per-cell timeout)",
                      {"02_scheduler": with_function(sol["02_scheduler"], ("train_one_epoch",),
                                                     sig02 + "    import time\n    while True:\n"

@@ -16,7 +16,7 @@ lab: $(INSTALLED) data
 # tests first, and leave a long one for the end). The suite is bound by CPU: -n auto gives one worker per core. At
 # most 4 (memory): a third worker on 2 cores made the suite slower (measured: contention cost more CPU than the idle
 # time it filled). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on this project's machines): the
-# suite starts ~100 Python processes that import the project's modules, and each compiled them again (one module's
+# suite starts ~110 Python processes that import the project's modules, and each compiled them again (one module's
 # CPU went from 132 to 122 s with the cache).
 test: $(INSTALLED) data system
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder

@@ -221,7 +221,7 @@ class KillAll:
 
 @dataclass
 class Killed:
-    killed: int
+    killed: int  # the processes below the zygote that were still running (not already dying) when killed
 
 
 @dataclass

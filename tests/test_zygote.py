@@ -1,8 +1,10 @@
-"""The zygote's preload: what kernels inherit from it must be whole."""
+"""The zygote's preload: what kernels inherit from it must be whole; and what it counts as left running after a task."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 
 
 def test_a_preload_that_fails_halfway_leaves_no_half_initialised_module(tmp_path, monkeypatch, capsys):
@@ -109,3 +111,31 @@ def test_a_zygote_nobody_waited_for_is_killed_at_once_not_let_finish_its_warm_up
         pass
     else:
         raise AssertionError("a process of the zygote's session outlived close()")
+
+
+def test_a_process_already_dead_is_not_counted_as_left_running():
+    """After each task the zygote kills what is left below it, and the task's notes say how many processes the notebook
+    left running. One that is already exiting is not: a SIGKILLed kernel still tearing down its memory on a loaded
+    machine (the likely reason a resumed run's solution notebook was once noted "1 process(es) left running"), or, as
+    here, a zombie not yet reaped. A sleeping child is counted, and killed."""
+    script = textwrap.dedent("""
+        import os, signal, time
+        from autograder.sandbox import policy
+
+        dead = os.fork()
+        if dead == 0:
+            os._exit(0)
+        alive = os.fork()
+        if alive == 0:
+            time.sleep(60)
+            os._exit(0)
+        deadline = time.monotonic() + 30
+        while open(f"/proc/{dead}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        print(policy.kill_descendants(os.getpid()))
+        print(os.waitpid(alive, 0)[1] == signal.SIGKILL, os.waitpid(dead, 0)[1] == 0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "True", "True"]

@@ -235,8 +235,12 @@ def _set_parent_death_signal() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
+PF_EXITING = 0x4  # a task's flag (include/linux/sched.h): it is in do_exit(), dying
+
+
 def kill_descendants(root_pid: int, sig: int = 9) -> int:
-    """Kill every process below ``root_pid`` (by walking /proc); returns how many were signalled."""
+    """Kill every process below ``root_pid`` (by walking /proc); returns how many of them were still running, not
+    already dying (see :func:`_still_running`)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -253,9 +257,28 @@ def kill_descendants(root_pid: int, sig: int = 9) -> int:
         for child in children.get(pid, []):
             found.append(child)
             todo.append(child)
+    running = [pid for pid in found if _still_running(pid)]  # before the signal: it makes every one of them dying
     for pid in found:
         try:
             os.kill(pid, sig)
         except OSError:
             pass
-    return len(found)
+    return len(running)
+
+
+def _still_running(pid: int) -> bool:
+    """Whether a thread of ``pid`` is neither exiting nor dead. A SIGKILLed kernel still tearing down its memory on a
+    loaded machine, or a zombie not yet reaped, is not something a notebook left running; a process whose first
+    thread exited while others run is."""
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            fields = (thread / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING:
+            return True
+    return False

@@ -44,7 +44,7 @@ def _notebooks(value) -> set[str]:
 # number of tests, started the 451 quick tests of test_checks first and left test_autograder to the middle). Seconds
 # of each module in the suite on the 2-core AVX2 machine (wall, 2026-11-28): autograder 250, dask 214,
 # confinement_class 164, resume 143, notebooks 107, evidence 88, doors 68, student_lab 66, hostile 62, gradescope
-# 60, checks 56, formgrader 46, verdict_data 38, confinement 36, resume 30, sequence 26, sample_exercise 25,
+# 60, checks 56, formgrader 46, verdict_data 38, confinement 36, test_resume 30, sequence 26, sample_exercise 25,
 # handout_setup 25, grade_structure 23, feedback 20. A module not listed (each under 15 s) keeps its place after them.
 LONGEST_FIRST = ("test_autograder.py", "test_grade_dask.py", "test_confinement_class.py", "test_grade_resume.py",
                  "test_notebooks.py", "test_evidence.py", "test_doors.py", "test_student_lab.py", "test_hostile.py",

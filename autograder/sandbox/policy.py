@@ -243,14 +243,9 @@ def kill_descendants(root_pid: int, sig: int = 9) -> int:
     already dying (see :func:`_still_running`)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        fields = _stat_fields(entry) if entry.name.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     todo, found = [root_pid], []
     while todo:
         pid = todo.pop()
@@ -275,10 +270,16 @@ def _still_running(pid: int) -> bool:
     except OSError:
         return False
     for thread in threads:
-        try:
-            fields = (thread / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING:
+        fields = _stat_fields(thread)
+        if fields is not None and fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING:
             return True
     return False
+
+
+def _stat_fields(entry: Path) -> list[str] | None:
+    """The fields of ``entry/stat`` (a /proc process or task folder) after the command name: state, ppid, ..., flags
+    (the name is cut at its last parenthesis: it may hold spaces and parentheses); None when it is gone."""
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None

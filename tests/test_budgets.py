@@ -153,15 +153,15 @@ def test_a_kernel_connection_file_is_written_in_the_runs_scratch_not_tmpdir(tmp_
     km.cleanup_connection_file()
 
 
-def test_the_readme_states_the_budgets_the_code_applies():
-    """The Security section's numbers are the code's (one definition per fact: a changed limit fails here)."""
+def test_the_security_page_states_the_budgets_the_code_applies():
+    """docs/security.md's numbers are the code's (one definition per fact: a changed limit fails here)."""
     from pathlib import Path
 
     from autograder.course.submissions import LIMITS
     from autograder.run.execute import SandboxedExecute
     from labutils.quoting import STUDENT_CHARS
 
-    security = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("## Security", 1)[1]
+    security = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
     sizes = security.split("**Sizes.**", 1)[1].split("**Leftover files.**", 1)[0]
     for number in (SandboxedExecute.output_limit.default_value, SandboxedExecute.notebook_output_limit.default_value,
                    STUDENT_CHARS, MESSAGE_CHARS, LIMITS.cells):

@@ -105,7 +105,7 @@ def test_the_handout_installs_with_the_courses_range():
 def test_the_cpu_only_way_installs_the_pinned_versions_from_the_cpu_index():
     """The README's CPU-only command pins what requirements.txt pins; pip then keeps the CPU build, whose local
     version (2.14.1+cpu) matches requirements.txt's ``torch==2.14.1`` (PEP 440). The index itself cannot be reached
-    from the test machine: its size is measured, with a CPU wheel of another version, in the README."""
+    from the test machine: its size is measured, with a CPU wheel of another version, in docs/installing.md."""
     pins = _pins()
     commands = [command for command, _ in handout.cpu_commands()]
     assert commands[1] == (f"pip install torch=={pins['torch']} torchvision=={pins['torchvision']} "

@@ -226,7 +226,7 @@ def _handout(args) -> int:
 
 
 def _gradescope(args) -> int:
-    from .gradescope import build_zip
+    from .course.gradescope_zip import build_zip
 
     with _usage_errors(FileNotFoundError):
         names = build_zip(args.out, args.root, args.source, data=not args.no_data)

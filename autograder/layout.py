@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 ASSIGNMENT = "loop_lab"  # the one nbgrader assignment; its notebooks are solutions/loop_lab/NN_name.ipynb
@@ -69,3 +70,26 @@ def autograded_notebook(course: Path, student: str, notebook: str) -> Path:
 def submitted_folder(course: Path, student: str) -> Path:
     """Where a student's notebook goes in ``course`` for nbgrader's autograde to find it."""
     return Path(course) / "submitted" / student / ASSIGNMENT
+
+
+GRADESCOPE_ROOT_ENV = "GRADESCOPE_ROOT"  # where Gradescope's folders are (default /autograder): the tests move it
+DEFAULT_GRADESCOPE_ROOT = Path("/autograder")
+
+
+@dataclass(frozen=True)
+class GradescopeLayout:
+    """Gradescope's folders under one root (``/autograder`` there; anywhere in a test)."""
+
+    root: Path
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source"
+
+    @property
+    def submission(self) -> Path:
+        return self.root / "submission"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results" / "results.json"

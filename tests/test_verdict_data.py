@@ -167,12 +167,11 @@ def test_every_writer_reads_the_typed_student_record(tmp_path):
     import typing
     from types import SimpleNamespace
 
-    from autograder import gradescope
-    from autograder.results import report, summary
+    from autograder.results import gradescope_results, report, summary
     from autograder.results.record import StudentRecord
 
     assert typing.get_type_hints(summary.write_summary)["records"] == list[StudentRecord]
-    assert typing.get_type_hints(gradescope.to_results)["record"] is StudentRecord
+    assert typing.get_type_hints(gradescope_results.to_results)["record"] is StudentRecord
     assert typing.get_type_hints(report.student_record)["return"] is StudentRecord
     record = _record()
     assert StudentRecord.from_json(record.to_json()) == record  # JSON only at the file, and back
@@ -192,7 +191,7 @@ def test_every_writer_reads_the_typed_student_record(tmp_path):
     assert exercises.concept(NOTEBOOK, "test_train_one_epoch_mean_loss") not in text  # its message names it: unread
     assert "1 answer(s) to grade by hand, 0 graded" in text
 
-    results = gradescope.to_results(record, {(NOTEBOOK, "test_train_one_epoch_gradient")}, 2.0)
+    results = gradescope_results.to_results(record, {(NOTEBOOK, "test_train_one_epoch_gradient")}, 2.0)
     assert [(t.score, t.max_score, t.status, t.visibility) for t in results.tests] == [
         (0.75, 1, "failed", "visible"), (0, 1, "failed", "after_published")]
     assert "Graded by hand on Gradescope: 01_baseline: answer_zero_grad_order (2 points)" in results.output

@@ -631,3 +631,51 @@ def test_a_lab_6_mistake_costs_lab_7_nothing(pair):
                                                          "load_checkpoint": load}, loop.__name__)
     verdicts = checks.properties.verdicts("resume", check_resume(with_buggy_pair))
     assert all(v.passed for v in verdicts.values()), verdicts
+
+
+# --- a check that fails inside itself says "could not check", never the student's failure (issue 45) ----------------
+
+
+def _canonical(exercise_id: str):
+    return next(v for v in CORRECT if v.exercise == exercise_id and v.name.endswith("_canonical"))
+
+
+@pytest.mark.parametrize("exercise_id", sorted({v.exercise for v in CORRECT}))
+def test_an_exception_inside_a_check_is_could_not_check_and_earns_nothing(exercise_id, monkeypatch):
+    """An exception raised by the check's own code (injected where every check records a verdict) is reported as
+    "could not check", judged False, 0 points on every property: never a failed property, never a pass."""
+    from labutils import exercises
+    from labutils.checks import properties
+    from labutils.checks.report import CheckReport
+
+    def broken(self, check, failures):
+        raise ZeroDivisionError("injected into the check")
+
+    monkeypatch.setattr(CheckReport, "judge", broken)
+    report = mutants.run_check(_canonical(exercise_id))
+    assert not report.passed and report.broken and not report.failures, str(report)
+    assert "could not check" in str(report) and "ZeroDivisionError" in str(report), str(report)
+    assert "labutils/checks/" in report.broken and "tell your instructor" in report.broken, report.broken
+    for prop in exercises.get(exercise_id).properties:
+        verdict = properties.judge(exercise_id, prop.id, report)
+        assert not verdict.passed and not verdict.judged and verdict.points == 0, verdict
+        assert "could not check" in verdict.message and verdict.causes == ["check_error"], verdict.message
+
+
+def test_could_not_check_names_the_students_line_that_was_running():
+    """When the check's exception came through the student's own code (an object of theirs the check reads), the
+    message names that line; the student's own exceptions in their function stay their failures."""
+    from labutils.checks.calling import could_not_check
+
+    class Groups(list):
+        def __iter__(self):
+            raise KeyError("student's iterator")
+
+    @could_not_check("param_groups")
+    def check(fn):
+        return list(fn())
+
+    report = check(lambda: Groups([1]))
+    assert "could not check param_groups" in report.broken and "KeyError" in report.broken, report.broken
+    assert "while your code ran line 2 of __iter__ (`raise KeyError(\"student's iterator\")`)" in report.broken, \
+        report.broken

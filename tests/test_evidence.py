@@ -439,3 +439,53 @@ def test_a_record_with_a_field_of_another_type_or_name_is_refused():
     with pytest.raises(evidence.EvidenceError):  # a channel message is not a record
         tree = json.dumps({"type": "CheckLine", "body": {}}).encode()
         evidence.decode(struct.pack("<II", len(tree), 0) + tree)
+
+
+# --- evidence that does not fit is "could not check", never a tampering accusation (issue 45) ----------------------
+
+
+def _judge_one_from(observer_body, call):
+    """The judge's verdict on ``call`` (recheck._judge_one) from what ``observer_body(fd)`` wrote."""
+    from autograder.hidden import recheck
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            observer_body(w)
+        except BaseException:
+            traceback.print_exc()
+        os._exit(0)
+    os.close(w)
+    try:
+        return recheck._judge_one(evidence.Judge(r), tuple(call), checks, {}, {})
+    finally:
+        while evidence.receive(r) is not None:
+            pass
+        os.close(r)
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("passing", [True, False], ids=["pass", "fail"])
+def test_calls_the_judge_did_not_replay_are_not_called_tampering(passing):
+    """An honest observer's check, with one more call's record than the judge's check makes: the judge keeps a
+    failing verdict as it is, turns a pass into "could not check" (0 points, not judged), and accuses no one."""
+    from autograder.hidden.recheck import _begin
+
+    variant = next(v for v in mutants.VARIANTS if v.exercise == "param_groups" and v.correct == passing)
+    call = ["08_stretch", "param_groups", "coverage"]
+
+    def body(fd):
+        observer, cache = evidence.Observer(fd), {}
+        observer.message(_begin(tuple(call), {"param_groups": variant.function}, cache))
+        with evidence.playing(observer):
+            properties.report_for("param_groups", variant.functions, checks, cache)
+            checks.check_param_groups(variant.function)  # calls the judge's check does not make
+        observer.message(evidence.CheckEnd(call=call, tampered=[], error=None))
+
+    verdict = _judge_one_from(body, call)
+    assert not verdict.passed and verdict.points == 0, verdict
+    assert "grader's channels" not in verdict.message and "tamper" not in verdict.message, verdict.message
+    if passing:
+        assert not verdict.judged and verdict.causes == ["evidence"] and "could not check" in verdict.message, verdict

@@ -24,6 +24,7 @@ check the observer never reached are failures with the reason.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import inspect
 import os
 import signal
@@ -206,7 +207,7 @@ def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | N
             except evidence.ObserverStopped:
                 verdict = failed(call[0], call[1], call[2], _stopped(call), "stopped")
             except evidence.EvidenceError as exc:
-                verdict = failed(call[0], call[1], call[2], _unreadable(call, exc), "evidence")
+                verdict = not_judged(call, _unreadable(call, exc), "evidence")
             out.write(encode(CheckLine(grade_id=cell.grade_id, call=list(call), verdict=verdict,
                                        seconds=round(time.monotonic() - started, 3), nonce=nonce)))
     out.close()
@@ -215,6 +216,12 @@ def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | N
 def failed(notebook_id: str, function_name: str, property_id: str, message: str, cause: str) -> Verdict:
     """The verdict on the hidden test (notebook, function, property) that could not be judged as it should."""
     return verdict.failed(verifier.contract(notebook_id, function_name).id, property_id, message, cause)
+
+
+def not_judged(call: tuple, message: str, cause: str) -> Verdict:
+    """0 points, *not judged*: the grader could not judge the hidden test ``call`` (nothing shows the student's
+    fault, nor a tampering)."""
+    return dataclasses.replace(failed(*call, message, cause), judged=False)
 
 
 def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functions: dict) -> Verdict:
@@ -241,8 +248,8 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
         properties.never_returned(exercise.id, tuple(fns), end.error.partition(":")[0], cache)
         return failed(*call, f"{call[1]} did not return in the grader's re-run of the notebook ({end.error}): fix "
                       "that first, then it is judged.", "stopped")
-    if extra:
-        return failed(*call, _unreadable(call, "the observer made calls this check did not"), "evidence")
+    if extra and judged.passed:  # a pass on part of the evidence is no pass; extra records alone prove no tampering
+        return not_judged(call, _unreadable(call, "the re-run made calls its check here did not"), "evidence")
     return judged
 
 
@@ -268,6 +275,8 @@ def _stopped(call: tuple) -> str:
 
 
 def _unreadable(call: tuple, why) -> str:
-    return (f"{verifier.describe(call)} could not be judged: the grader's re-run of the notebook sent evidence that does "
-            f"not fit its check ({why}). Code that writes to the grader's channels earns nothing; run the notebook "
-            "as it is meant to run.")
+    """Evidence that does not fit its check: said as what was observed, never as tampering (a bug of the check or of
+    its evidence looks the same; only the observer's own module snapshot is positive evidence, ``CheckEnd.tampered``)."""
+    return (f"could not check {verifier.describe(call)}: the evidence the grader's re-run of the notebook sent does "
+            f"not fit its check ({why}), so it earns no points yet. If the notebook runs top to bottom without "
+            "errors, tell your instructor: the check may be at fault.")

@@ -116,9 +116,9 @@ def run_check(call: VerifyCall, namespace: dict, checks_module=None, cache: dict
         snapshot = Snapshot()
     try:
         report = properties.report_for(spec.id, tuple(fns), checks_module, cache)
-    except Exception as exc:  # a check that cannot even run the function is a failed test, with the reason
-        return failed(spec.id, property_id,
-                                 f"{function_name} could not be checked: {type(exc).__name__}: {exc}", "exception")
+    except Exception as exc:  # the check could not run (labutils' checks say so in their report; this is the rest)
+        return dataclasses.replace(failed(spec.id, property_id, f"could not check {function_name}: "
+                                          f"{type(exc).__name__}: {exc}", "check_error"), judged=False)
     changed = snapshot.tampered() if snapshot is not None else []
     if changed:  # every property test sharing this report fails the same way, not only the first
         properties.forget(spec.id, cache)

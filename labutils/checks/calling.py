@@ -15,10 +15,13 @@ Every exercise's check (one module each) follows the same skeleton, written here
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import numbers
+import os
 import random
+import sysconfig
 import tempfile
 import warnings
 from contextlib import contextmanager
@@ -29,7 +32,7 @@ import numpy as np
 import torch
 
 from ..quoting import capped
-from ..trace import Event, ReferenceCalled, TooManyEvents, Tracer
+from ..trace import _OWN, Event, ReferenceCalled, TooManyEvents, Tracer
 from . import evidence
 from .report import CheckReport, Failure, _run_stages
 from .. import exercises
@@ -56,7 +59,10 @@ class TracedCall:
         return self.error is None and self.reference is None and not self.crashed
 
 
-def traced_call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
+def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None) -> TracedCall:
+    """Call ``fn`` under ``tracer``; ``result(value)``, when given, reads what the call returned into plain data
+    right away (a generator the student returned is read here, once, where their code may run: the grader's judge
+    sees only its record, never the generator)."""
     kwargs = kwargs or {}
     role = evidence.ROLE
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
@@ -65,6 +71,8 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
     with tracer:
         try:
             run.result = fn(*args, **kwargs)
+            if result is not None:
+                run.result = result(run.result)
         except ReferenceCalled as exc:
             run.reference = exc.name
         except SimulatedCrash:
@@ -79,6 +87,56 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None) -> TracedCall:
                                             error=None if run.error is None else _error_facts(fn, run.error)),
                         args, kwargs)
     return run
+
+
+# --- a check that fails inside itself ----------------------------------------------------------------------------------
+
+_PYTHON = tuple(dict.fromkeys(os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "purelib", "platlib")))
+
+
+def could_not_check(what: str):
+    """Decorate a check: an exception raised by the check's own code is a bug of the check, never the student's
+    failure. The check returns a report that says it "could not check" ``what`` (every property of it then earns 0
+    points as *not judged*, with that message), naming the student's line when one of theirs was running, and the
+    check's own place for the instructor. The student's exceptions never come here (traced_call keeps them), nor
+    the grader judge's :class:`evidence.EvidenceError` (the recheck says what did not fit), nor an interrupt."""
+
+    def decorate(check):
+        @functools.wraps(check)
+        def guarded(*args, **kwargs):
+            try:
+                return check(*args, **kwargs)
+            except evidence.EvidenceError:
+                raise
+            except Exception as exc:  # noqa: BLE001: whatever it is, it is the check's
+                return CheckReport(f"{what} ({check.__name__})", broken=broken_message(what, exc))
+
+        return guarded
+
+    return decorate
+
+
+def broken_message(what: str, exc: BaseException) -> str:
+    """"could not check train_one_epoch: the check failed inside itself (ZeroDivisionError at
+    labutils/checks/train_run.py:151) while your line 9 (`...`) ran. ..." """
+    check_at, student_at = None, None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename.startswith(_OWN):
+            if os.sep + "labutils" + os.sep in code.co_filename:
+                check_at = f"labutils{code.co_filename.rpartition(os.sep + 'labutils')[2]}:{tb.tb_lineno}"
+        elif not code.co_filename.startswith(_PYTHON):
+            line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+            student_at = f"line {tb.tb_lineno - code.co_firstlineno + 1} of {code.co_name}" + (
+                f" (`{capped(line, 200)}`)" if line else "")
+        tb = tb.tb_next
+    where = f" at {check_at}" if check_at else ""
+    text = capped((_text(exc).strip().splitlines() or [""])[0], 200)
+    running = f", while your code ran {student_at}" if student_at else ", while none of your code was running"
+    return (f"could not check {what}: the check failed inside itself ({type(exc).__name__}{where}: {text}){running}. "
+            "That is a bug of the check, not a mistake it found in your code; until it is fixed it cannot judge "
+            "this, so it earns no points: tell your instructor.")
 
 
 class ObservedError(Exception):

@@ -17,7 +17,7 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer
-from .calling import (TracedCall, _show, call_failure, exception_failure, isolated, judge_call, new_report, scratch,
+from .calling import (TracedCall, _show, could_not_check, call_failure, exception_failure, isolated, judge_call, new_report, scratch,
                       traced_call)
 from .report import CheckReport, Failure, NotJudged, _beside
 from .world import INIT_SCALE, SEED, _images, _tiny_model
@@ -309,6 +309,7 @@ def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
     return None
 
 
+@could_not_check("save_checkpoint / load_checkpoint")
 def check_checkpoint(save_fn, load_fn) -> CheckReport:
     """Save mid-training with ``save_fn``, keep training; load into fresh objects with ``load_fn``, train the same
     steps; everything must match bit for bit, and the file must appear atomically."""

@@ -9,11 +9,12 @@ import torch
 from .. import exercises
 from ..models import SmallCNN
 from ..trace import Tracer
-from .calling import _show, call_failure, isolated, new_report, traced_call
+from .calling import _show, call_failure, could_not_check, isolated, new_report, traced_call
 from .report import CheckReport, Failure, NotJudged
 from .world import SEED
 
 
+@could_not_check("param_groups")
 def check_param_groups(fn) -> CheckReport:
     """``param_groups(model, weight_decay)``: AdamW groups, decay on conv/linear weights, 0.0 on every ndim <= 1."""
     report = new_report("param_groups", ["return_value", "coverage", "weight_decay", "no_decay"], fn)
@@ -30,7 +31,7 @@ def check_param_groups(fn) -> CheckReport:
 
 def _judge(report: CheckReport, fn, model, wd: float) -> bool:
     names = {id(p): n for n, p in model.named_parameters()}
-    run = traced_call(fn, (model, wd), Tracer(forbidden=exercises.FORBIDDEN["param_groups"]))
+    run = traced_call(fn, (model, wd), Tracer(forbidden=exercises.FORBIDDEN["param_groups"]), result=_read_groups)
     stopped = call_failure("param_groups", fn, run)
     if stopped:
         report.failures.append(stopped)
@@ -41,10 +42,32 @@ def _judge(report: CheckReport, fn, model, wd: float) -> bool:
         report.failures.append(Failure("return_value", f"param_groups returned {_show(groups)}; the contract returns "
                                        "a list of dicts, each with a 'params' list (and a 'weight_decay')."))
         return False
+    odd = next((i for i, g in enumerate(groups) if not isinstance(g["params"], list)), None)
+    if odd is not None:
+        report.failures.append(Failure("return_value", f"group {odd + 1}'s 'params' is {_show(groups[odd]['params'])}: "
+                                       "torch.optim takes a list (or any ordered iterable) of parameters there."))
+        return False
     report.judge("return_value", [])
-    groups = [{**g, "params": list(g["params"])} for g in groups]  # a generator can be read only once
     ok = report.judge("coverage", _coverage(groups, model, names))
     return _judge_decay(report, groups, names, wd) and ok
+
+
+def _read_groups(groups):
+    """The returned groups with each group's ``params`` read into a list, as ``torch.optim`` reads them (a tensor is
+    one parameter; a generator, ``filter()`` or any iterable is read once): everything else stays as returned."""
+    if not isinstance(groups, (list, tuple)):
+        return groups
+    read = []
+    for group in groups:
+        if isinstance(group, dict) and "params" in group:
+            params = group["params"]
+            if isinstance(params, torch.Tensor):
+                params = [params]
+            elif not isinstance(params, (list, str, bytes, dict, set, frozenset)) and hasattr(params, "__iter__"):
+                params = list(params)  # a generator, filter(), a tuple: torch.optim takes any ordered iterable
+            group = {**group, "params": params}
+        read.append(group)
+    return tuple(read) if isinstance(groups, tuple) else read
 
 
 def _coverage(groups: list[dict], model, names: dict) -> list[Failure] | NotJudged:

@@ -11,7 +11,9 @@ instead of passing (``report.unjudged``). So a property is judged like this:
 - it fails as *not judged* (0 points, ✗) when one of its checks saw no evidence or was skipped: the message says
   what was missing or which mistake to fix first ("not judged: needs order right first"), and the verdict holds the
   graded tests to fix first as data (``Verdict.blocked_by``, from ``report.blocked``);
-- it passes only when every one of its checks ran and found the right thing in what the student's run did.
+- it passes only when every one of its checks ran and found the right thing in what the student's run did;
+- it is *not judged* (0 points) with the words "could not check" when the check failed inside itself
+  (``report.broken``, :func:`labutils.checks.calling.could_not_check`): a bug of the check is never the student's.
 
 A mistake should still cost only its own property: the stages are built so that as little as possible depends on an
 earlier stage passing (a dependency that is real is declared in the stage table and in the registry's docs).
@@ -101,6 +103,9 @@ def judge(exercise_id: str, property_id: str, report: CheckReport) -> Verdict:
     """The :class:`Verdict` of one graded property, read from the exercise's report (the rule is in the docstring)."""
     exercise = exercises.get(exercise_id)
     prop = exercise.property(property_id)
+    if report.broken is not None:  # a bug of the check: nothing was judged, nothing is the student's fault
+        return _verdict(exercise, prop, False, f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: "
+                        f"{report.broken}", judged=False, causes=["check_error"])
     owned = {c for p in exercise.properties for c in p.checks}
     failures = [f for f in report.failures if f.check in prop.checks]
     if not failures:  # a failure no property owns is treated as global: it never goes unpunished

@@ -64,10 +64,11 @@ class CheckReport:
     judged: list[str] = field(default_factory=list)
     unjudged: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, list[str]] = field(default_factory=dict)
+    broken: str | None = None  # the check failed inside itself (a bug of the check): what it could not do, and why
 
     @property
     def passed(self) -> bool:
-        return not self.failures and not self.unjudged
+        return not self.failures and not self.unjudged and self.broken is None
 
     def judge(self, check: str, failures: list[Failure] | NotJudged | None) -> bool:
         """Record one check's outcome: its failures, [] when it saw evidence and found it right, or a
@@ -91,6 +92,8 @@ class CheckReport:
         return check in self.judged and check not in self.unjudged and all(f.check != check for f in self.failures)
 
     def __str__(self) -> str:
+        if self.broken is not None:
+            return f"✗ {self.name}: {self.broken}"
         if self.passed:
             return f"✓ {self.name} passed all {len(self.checks)} checks ({', '.join(self.checks)})"
         failed = list(dict.fromkeys(f.check for f in self.failures))

@@ -23,7 +23,7 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
-from .calling import (SimulatedCrash, TracedCall, _show, exception_failure, isolated, new_report, reference_failure,
+from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report, reference_failure,
                       scratch, traced_call)
 from . import evidence, on_gpu
 from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
@@ -443,6 +443,7 @@ RESUME_STAGES = (
 )
 
 
+@could_not_check("train_resumable")
 def check_resume(train_fn) -> CheckReport:
     """Run ``train_fn`` (train_resumable) uninterrupted; again, crashing mid-epoch; then once more with fresh objects:
     the third run must continue after the last checkpoint and end bit-identical to the first."""

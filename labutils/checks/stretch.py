@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .calling import could_not_check
 from .evaluate import check_evaluate
 from .report import CheckReport, Failure
 from .train import check_train_one_epoch
@@ -38,6 +39,7 @@ class _PreparedLoader:
             yield x.to(self.device), y.to(self.device)
 
 
+@could_not_check("train_one_epoch_accelerate")
 def check_train_one_epoch_accelerate(fn) -> CheckReport:
     """``train_one_epoch_accelerate(accelerator, model, loader, optimizer, scheduler, max_norm)``: lab 3's loop on
     prepared objects, judged by lab 3's check (clear, forward, ``accelerator.backward``, clip, step, scheduler; returns
@@ -50,6 +52,7 @@ def check_train_one_epoch_accelerate(fn) -> CheckReport:
     return report
 
 
+@could_not_check("evaluate_without_eval_mode")
 def check_evaluate_without_eval_mode(fn) -> CheckReport:
     """``evaluate_without_eval_mode(model, loader, device)``: lab 1's ``evaluate`` with ``model.eval()`` left out.
     It passes when its forwards ran in train mode and everything else lab 1 checks is right."""

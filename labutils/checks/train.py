@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..exercises import TRAIN_EXERCISES, get
 from . import on_gpu
-from .calling import isolated, judge_call, new_report
+from .calling import could_not_check, isolated, judge_call, new_report
 from .report import CheckReport, NotJudged, as_given
 from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
 from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
@@ -64,6 +64,11 @@ def check_train_one_epoch(fn, exercise: str = "baseline", *, notebook: str | Non
     """
     if exercise not in TRAIN_EXERCISES:
         raise ValueError(f"exercise={exercise!r} is unknown: use one of {', '.join(TRAIN_EXERCISES)}")
+    return _check(fn, exercise, notebook, skip)
+
+
+@could_not_check("train_one_epoch")
+def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
     applicable = tuple(s for s in EXERCISE_STAGES[exercise] if s not in skip)
     where = None if notebook is None else f"{notebook}, lab {int(get(exercise).notebook[:2])}'s loop"
     report = new_report(exercise, [s for s, _, _ in TRAIN_STAGES if s in applicable], fn, where=where)

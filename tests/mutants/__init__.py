@@ -64,6 +64,8 @@ CORRECT = [
     Variant("resume_while", "resume", c.resume_while),
     Variant("param_groups_canonical", "param_groups", c.param_groups_canonical),
     Variant("param_groups_by_module", "param_groups", c.param_groups_by_module),
+    Variant("param_groups_generators", "param_groups", c.param_groups_generators),
+    Variant("param_groups_filter", "param_groups", c.param_groups_filter),
 ]
 
 BUGGY = [

@@ -526,3 +526,17 @@ def param_groups_by_module(model, weight_decay):
             else:
                 no_decay.append(p)
     return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]
+
+
+def param_groups_generators(model, weight_decay):
+    """Generator expressions over named_parameters(), read by AdamW once (issue 45: the grader once sent them as an
+    opaque object and accused the answer of tampering)."""
+    named = list(model.named_parameters())
+    return [{"params": (p for _, p in named if p.ndim > 1), "weight_decay": weight_decay},
+            {"params": (p for _, p in named if p.ndim <= 1), "weight_decay": 0.0}]
+
+
+def param_groups_filter(model, weight_decay):
+    """filter() over parameters() (an iterator), the no-decay group first."""
+    return [{"params": filter(lambda p: p.ndim <= 1, model.parameters()), "weight_decay": 0.0},
+            {"params": filter(lambda p: p.ndim > 1, model.parameters()), "weight_decay": weight_decay}]

@@ -4,7 +4,9 @@ A grader whose properties pass by default gives points to a student who wrote no
 does not. ``DO_NOTHING`` holds, per exercise, the release's own stub and do-nothing bodies that return plausible values
 (zeros, empty lists, the inputs handed back, ``model.train()`` alone, a single no-decay group, ``torch.save({}, path)``):
 each must score 0 on every property. ``PARTIAL`` holds "reference minus one concept" stubs that each really implement
-some properties: each must earn exactly those (``earns``).
+some properties: each must earn exactly those (``earns``). ``CHEATS`` (:mod:`stubs.cheating`) holds the answers of a
+student who has read the checks and wants points without the work (issue 43): each must earn exactly what it really
+implements too, at check level and through the grader.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from labutils import checks, exercises
 
 from . import do_nothing as d
 from . import partial as p
+from .cheating import CHEATS, Cheat  # noqa: F401 (the corpus's third part)
 
 
 class Stub(NamedTuple):

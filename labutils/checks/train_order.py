@@ -25,6 +25,9 @@ def _no_step(v: TrainView) -> NotJudged | None:
 def _st_train_mode(v: TrainView):
     if _no_forward(v):
         return _no_forward(v)
+    if not any(m.backward is not None and m.step is not None for m in v.micros):  # a forward alone trains nothing
+        return NotJudged("no forward was followed by loss.backward() and optimizer.step(), and the mode is judged on "
+                         "a loop that trains", needs=("order",))
     for m in v.micros:
         event = v.events[m.forward]
         if not event.info["training"]:
@@ -107,9 +110,10 @@ def _st_order(v: TrainView):
                                 v.beside(k, step_at))]
     if v.run.complete and v.exercise != "accumulation":
         for m in v.trailing:
-            return [Failure("order", f"batch {v.events[m.forward].info.get('batch')} went through forward and "
-                            "backward but no optimizer.step() followed, so it never changed the weights. Step "
-                            "after every batch's backward.", None, v.beside(None, m.forward))]
+            done = "forward and backward" if m.backward is not None else "a training forward, but no backward and"
+            return [Failure("order", f"batch {v.events[m.forward].info.get('batch')} went through {done} but no "
+                            "optimizer.step() followed, so it never changed the weights. Step after every batch's "
+                            "backward.", None, v.beside(None, m.forward))]
     return _no_step(v) or []
 
 

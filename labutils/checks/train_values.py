@@ -224,6 +224,9 @@ def _st_mean_loss(v: TrainView):
         return NotJudged("the loop did not finish the epoch")
     if not v.micros or any(m.batch is None for m in v.micros):
         return NotJudged("no training forward on the loader's batches was observed, so there is no loss to average")
+    if not v.steps:  # the mean of losses nothing was trained on is no training loss
+        return NotJudged("optimizer.step() never ran, and the mean training loss is judged on a loop that trains",
+                         needs=("order",))
     value = _loss_value(_returned(v, 0))
     if value is None:
         return NotJudged("the returned mean loss is not a number")

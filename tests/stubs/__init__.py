@@ -57,7 +57,8 @@ DO_NOTHING = [
 
 PARTIAL = [
     Stub("normalize:shape_without_values", "normalize", p.normalize_shape_without_values, frozenset({"shape_dtype"})),
-    Stub("baseline:forward_only", "baseline", p.train_forward_only, frozenset({"train_mode"})),
+    # train mode is evidence only of a loop that trains (issue 43): a loop that never steps earns nothing
+    Stub("baseline:forward_only", "baseline", p.train_forward_only, frozenset()),
     Stub("evaluate:modes_only", "evaluate", p.evaluate_modes_but_constant_numbers,
          frozenset({"eval_mode", "no_grad", "restore_mode"})),
     Stub("param_groups:split_without_decay", "param_groups", p.param_groups_split_without_decay,

@@ -17,7 +17,8 @@ def param_groups_split_without_decay(model, weight_decay):
 
 
 def train_forward_only(model, loader, optimizer, device):
-    """Runs every batch through the model in train mode and never learns: only train_mode is really there."""
+    """Runs every batch through the model in train mode and never learns: the mode of a loop that never steps shows
+    nothing (its property needs steps), so it earns nothing."""
     model.train()
     for x, y in loader:
         model(x.to(device))

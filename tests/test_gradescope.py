@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from autograder import gradescope
 
 import forked_graders
+import gradescope_container
 from autograder_cases import toy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +59,7 @@ def unpacked(tmp_path_factory):
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     for name in ("setup.sh", "run_autograder"):  # zipfile.extractall drops modes; Gradescope's unzip keeps them
         assert modes[name] & stat.S_IXUSR, name
+        os.chmod(root / "source" / name, modes[name] & 0o777)
     return {"root": root, "names": set(modes)}
 
 
@@ -117,3 +120,56 @@ def test_a_submission_that_cannot_be_graded_still_gets_results(tmp_path, monkeyp
     results = json.loads(layout.results.read_text())
     validate(results)
     assert results["tests"] == [] and "could not grade this submission" in results["output"]
+
+
+# --- the container, emulated: /autograder in a mount namespace of its own, 768 MB and half a CPU ----------------------
+
+
+SCHEMA = json.loads((Path(__file__).parent / "gradescope_results.schema.json").read_text())
+
+
+def valid_results(results: dict | None) -> dict:
+    """``results`` checked against the schema written from Gradescope's specification (and the older checks)."""
+    import jsonschema
+
+    assert results is not None, "run_autograder wrote no results.json"
+    jsonschema.validate(results, SCHEMA)
+    validate(results)
+    return results
+
+
+@pytest.fixture(scope="module")
+def container(unpacked, tmp_path_factory, autograder_cli):
+    """An /autograder root for the emulated container (the zip unpacked as in ``unpacked``), and what ``grade`` gives
+    the same honest submission: the reference a Gradescope run must equal."""
+    why_not = gradescope_container.unavailable()
+    if why_not:
+        pytest.skip(why_not)
+    tmp = tmp_path_factory.mktemp("container")
+    root = tmp / "autograder"
+    shutil.copytree(unpacked["root"] / "source", root / "source", symlinks=True)
+    toy.write_student(tmp / "subs", "honest")
+    proc = autograder_cli("grade", tmp / "subs", "--out", tmp / "out", "--source", root / "source" / "loop-lab" /
+                          "solutions" / "loop_lab")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    local = json.loads((tmp / "out" / "honest.json").read_text())
+    return {"root": root, "honest": tmp / "subs" / "honest", "local": local}
+
+
+def upload(root: Path, files: Path, under: str = "") -> None:
+    """What Gradescope puts in /autograder/submission for an upload of ``files``' contents (a zip is unpacked),
+    beneath ``under``."""
+    shutil.rmtree(root / "submission", ignore_errors=True)
+    shutil.copytree(files, root / "submission" / under)
+
+
+@pytest.mark.slow
+def test_an_honest_submission_grades_in_the_default_container_as_grade_does(container):
+    upload(container["root"], container["honest"])
+    run = gradescope_container.run_autograder(container["root"], env={"LOOPLAB_PYTHON": sys.executable})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.oom_kills == 0 and 0 < run.peak_mb < gradescope_container.MEMORY_MB, run
+    results = valid_results(run.results)
+    local = {t["name"]: t["points"] for t in container["local"]["tests"] if t["kind"] == "auto"}
+    assert {t["name"].split(": ")[1]: t["score"] for t in results["tests"]} == local == {"test_add": 1,
+                                                                                      "test_add_hidden": 2}

@@ -177,7 +177,7 @@ _AMP_DTYPE = Argument("amp_dtype", ("bfloat16", "float16"), "autocast", "the tor
 
 # failure ids of the loop taught in lab 1, of what train_one_epoch returns, and of the scheduler (lab 2)
 _LOOP = ("train_mode", "grad_enabled", "batches", "order", "zero_grad", "gradient", "softmax", "device")
-_RETURNS = ("return_value", "mean_loss", "per_sample")
+_RETURNS = ("return_value", "mean_loss", "per_sample", "loss_graph")
 _SCHEDULER = ("scheduler", "scheduler_order")
 
 
@@ -355,8 +355,7 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("evaluate", "loss"): ("the returned loss against the cross-entropy of the model's own logits over every batch",
                            ()),
     ("evaluate", "accuracy"): ("the returned accuracy against the argmax of the model's own logits", ()),
-    ("evaluate", "restore_mode"): ("the model's mode after the call, once an eval-mode forward was seen",
-                                   ("eval_mode",)),
+    ("evaluate", "restore_mode"): ("the model's mode after a call that ran the model (it comes in train mode)", ()),
     ("scheduler", "loop"): ("lab 1's evidence, traced on this loop", ()),
     ("scheduler", "scheduler_order"): ("the traced position of every scheduler.step() against optimizer.step()", ()),
     ("scheduler", "scheduler_every_step"): ("the learning rate of every step against the schedule's, at two "
@@ -364,14 +363,15 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("clipping", "loop"): ("lab 2's evidence, traced on this loop", ()),
     ("clipping", "clip"): ("the gradient each step used, against the clipped gradient at two max_norm values", ()),
     ("clipping", "norms"): ("the returned list against the pre-clip norm of every step whose gradient matched", ()),
-    ("accumulation", "loss_divided"): ("the gradient of each optimizer step against the window's averaged gradient",
-                                       ()),
+    ("accumulation", "loss_divided"): ("the gradient of each optimizer step against the window's averaged gradient "
+                                       "(or each micro-batch's, where a clip ran inside the window)", ()),
     ("accumulation", "window"): ("the micro-batches between optimizer steps, at two accum_steps values", ()),
     ("accumulation", "trailing"): ("an optimizer step for the last, partial window", ()),
     ("accumulation", "scheduler"): ("scheduler steps counted against optimizer steps", ()),
-    ("accumulation", "returns"): ("the returned loss and norms against the traced unscaled losses and pre-clip norms",
-                                  ("loss_divided",)),
-    ("accumulation", "loop"): ("lab 3's evidence, traced on this loop", ("loss_divided",)),
+    ("accumulation", "returns"): ("the returned loss and norms against the traced unscaled losses and pre-clip norms "
+                                  "(of the gradient each step used, divided or not)", ("loop",)),
+    ("accumulation", "loop"): ("lab 3's evidence, traced on this loop (clipping judged on the gradient each step "
+                               "used, divided or not)", ()),
     ("amp", "autocast"): ("the autocast state and dtype at every training forward, at two amp_dtype values", ()),
     ("amp", "scaler"): ("scale, scaler.step and scaler.update traced on every step, one step made to overflow: "
                         "no inf/nan reaches the weights", ()),

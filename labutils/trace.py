@@ -14,7 +14,11 @@ the moment of ``optimizer.step()``. Reading the source would reject correct loop
   call time, so ``torch.nn.utils.clip_grad_norm_``, ``nn.utils.clip_grad_norm_`` and ``from torch.nn.utils import
   clip_grad_norm_`` look the same;
 - each backward keeps what it added to ``.grad`` (the gradient before and after it), so a check can judge the gradient
-  of every micro-batch on its own, whatever was left in ``.grad`` before;
+  of every micro-batch on its own, whatever was left in ``.grad`` before; a ``torch.autograd.grad`` call is seen by the
+  same parameter hooks, and adds nothing to ``.grad`` (the loop assigns it);
+- the gradient a step uses is read from ``.grad`` itself at the first thing that uses it after the last backward
+  (``unscale_``, clipping, the step), so ``.grad`` assigned, divided by the window or summed by hand counts as it is;
+- ``optimizer.step(closure)`` is recorded after its closure ran (its forward and backward belong to that step);
 - ``devices=True`` records the devices the loop's own code moves tensors to (``Tensor.to``, seen from outside torch
   and labutils; ``Tensor.cpu`` / ``Tensor.cuda`` on the batches of a loader passed through :func:`mark_batches`), so a
   loop that ignores its ``device`` argument shows even on a machine with only a CPU;
@@ -28,6 +32,7 @@ import importlib
 import inspect
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,9 +74,12 @@ class Event:
             return f"{i['by']}()" + ("" if i["set_to_none"] else "  (set_to_none=False)")
         if kind == "forward":
             where = f"batch {i['batch']}" if "batch" in i else f"{i['n']} samples"
+            kept = f", {i['graphs']} earlier graphs still alive" if i.get("graphs", 0) > 1 else ""
             grad = "grad on" if i["grad"] else ("inference_mode" if i["inference"] else "no_grad")
             amp = f", autocast {_DTYPE_NAMES.get(i['autocast'], i['autocast'])}" if i["autocast"] else ""
-            return f"forward {where}  ({'train' if i['training'] else 'eval'} mode, {grad}{amp})"
+            return f"forward {where}  ({'train' if i['training'] else 'eval'} mode, {grad}{amp}{kept})"
+        if kind == "backward" and not i.get("into_grad", True):
+            return "gradients computed (torch.autograd.grad: .grad left to the loop)"
         if kind == "backward":
             return "loss.backward()  " + ("(.grad was empty)" if i["fresh"] else "(added to .grad already there)")
         if kind == "scale":
@@ -81,6 +89,8 @@ class Event:
         if kind == "clip":
             after = f" -> {i['norm_after']:.4g}" if "norm_after" in i else ""
             return f"clip_grad_norm_  norm {i['norm_before']:.4g}{after}  (max_norm {i['max_norm']:g})"
+        if kind == "step" and i.get("noop"):
+            return f"optimizer.step() #{i['number']}  (no parameter had a gradient: it changed nothing)"
         if kind == "step" and i.get("skipped"):
             return f"optimizer.step() #{i['number']} skipped by scaler.step  (inf/nan gradients)"
         if kind == "step":
@@ -145,6 +155,11 @@ def mark_batches(loader):
     return loader
 
 
+class _Graph:
+    """Put in a training forward's output's autograd node (``grad_fn.metadata``): alive while anything still holds
+    that forward's graph (a loss tensor kept in a sum or a list), gone once the graph is freed."""
+
+
 class Tracer:
     """Context manager that records an ordered list of :class:`Event` while a loop runs on the objects given.
 
@@ -153,7 +168,8 @@ class Tracer:
     for the duration), and after each of them whether the paths in ``watch`` exist. ``forbidden`` names functions
     as ``"module:attr"``: calling one, by any reference, raises :class:`ReferenceCalled`. ``max_events`` stops a
     run that never ends with :class:`TooManyEvents`. ``outputs=True`` keeps each forward's output (``data["out"]``);
-    ``devices=True`` records in :attr:`moves` every device the loop's code moved a tensor to.
+    ``devices=True`` records in :attr:`moves` every device the loop's code moved a tensor to. Each forward counts the
+    earlier forwards whose graph is still alive (``info["graphs"]``): a loop that keeps its loss tensors keeps them all.
     """
 
     def __init__(self, model=None, optimizer=None, scheduler=None, scaler=None, *, files: bool = False,
@@ -168,9 +184,11 @@ class Tracer:
         self._undo: list = []
         self._backward: Event | None = None  # the backward pass being recorded, if any
         self._seen: set[int] = set()  # parameters that already got their gradient in that pass
-        self._raw: dict[int, torch.Tensor] = {}  # each parameter's .grad right after its latest backward
+        self._raw: dict[int, torch.Tensor] = {}  # each parameter's .grad as the loop left it for its next step
+        self._unread = False  # gradients were computed since _raw was last read
         self._in_scaler_step = False
         self._codes: dict = {}  # code object -> name of a forbidden function
+        self._graphs: list = []  # a weak reference per training forward's graph (_Graph)
 
     # --- recording ---------------------------------------------------------------------------------------------------
 
@@ -204,42 +222,74 @@ class Tracer:
         autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
         self.record("forward", {"training": module.training, "grad": torch.is_grad_enabled(),
                                 "inference": torch.is_inference_mode_enabled(), "autocast": autocast,
-                                "n": len(x) if isinstance(x, torch.Tensor) and x.ndim else 0}, {"x": x})
+                                "n": len(x) if isinstance(x, torch.Tensor) and x.ndim else 0,
+                                "graphs": sum(ref() is not None for ref in self._graphs)}, {"x": x})
 
     def _after_forward(self, module, args, output):
         forwards = [e for e in self.events[-1:] if e.kind == "forward"]
         if forwards and isinstance(output, torch.Tensor):
-            forwards[0].data["out"] = output.detach().clone()
+            if self.outputs:
+                forwards[0].data["out"] = output.detach().clone()
+            if output.grad_fn is not None:  # how many earlier graphs are still alive, the next forward counts
+                graph = _Graph()
+                output.grad_fn.metadata["looplab_graph"] = graph
+                self._graphs.append(weakref.ref(graph))
 
     def _on_grad(self, index: int, grad):
-        """Runs when backward has computed this parameter's gradient, just before adding it to ``.grad``."""
+        """Runs when backward (or torch.autograd.grad) has computed this parameter's gradient, before any is added
+        to ``.grad``."""
         if self._backward is None or index in self._seen:
-            self._backward = self.record("backward", {"fresh": True})
+            self._backward = self.record("backward", {"fresh": True, "into_grad": False})
             self._seen = set()
         backward = self._backward
         self._seen.add(index)
+        self._unread = True
         current = self.params[index].grad
         if current is not None and bool(current.any()):
-            backward.info["fresh"] = False  # something was left in .grad: this backward accumulates onto it
             backward.data.setdefault("before", {})[index] = current.detach().clone()
 
     def _after_accumulate(self, index: int, param) -> None:
-        grad = param.grad.detach().clone()  # before any unscale_/clip touches it in place
-        self._raw[index] = grad
+        """Runs when backward added this parameter's gradient to ``.grad`` (never for torch.autograd.grad)."""
         if self._backward is not None:
-            self._backward.data.setdefault("after", {})[index] = grad
+            backward = self._backward
+            backward.info["into_grad"] = True
+            if index in backward.data.get("before", {}):
+                backward.info["fresh"] = False  # something was left in .grad: this backward accumulated onto it
+            backward.data.setdefault("after", {})[index] = param.grad.detach().clone()
+
+    def _read_grads(self) -> None:
+        """The gradients the loop left for its step, read at the first thing that uses them after they were computed
+        (unscale_, clipping, the step), before any of these changes them."""
+        if self._unread:
+            self._raw = {i: p.grad.detach().clone() for i, p in enumerate(self.params) if p.grad is not None}
+            self._unread = False
 
     # --- optimizer ---------------------------------------------------------------------------------------------------
 
     def _before_step(self, optimizer, args, kwargs):
         self._check_forbidden()
-        self._record_step(optimizer, skipped=False)
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args: (optimizer, closure?)
+        if closure is None:
+            self._record_step(optimizer, skipped=False)
+            return None
+        recorded = []
 
-    def _record_step(self, optimizer, skipped: bool) -> None:
+        def traced_closure(*c_args, **c_kwargs):  # step(closure): the step uses what the closure computed
+            out = closure(*c_args, **c_kwargs)
+            if not recorded:
+                recorded.append(self._record_step(optimizer, skipped=False))
+            return out
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": traced_closure}
+        return (args[0], traced_closure, *args[2:]), kwargs
+
+    def _record_step(self, optimizer, skipped: bool) -> Event:
         """An optimizer step with what it was about to apply; ``skipped``: scaler.step found inf/nan gradients and
         did not call optimizer.step(), which the checks still count as the loop's step (its window, its norm)."""
+        self._read_grads()
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
-        self.record("step", {"number": self.steps + 1, "lr": [g["lr"] for g in optimizer.param_groups],
+        return self.record("step", {"number": self.steps + 1, "lr": [g["lr"] for g in optimizer.param_groups],
                              "via_scaler": self._in_scaler_step or skipped, "grad_norm": global_norm(grads),
                              "skipped": skipped},
                     {"grads": grads, "params": [p.detach().clone() for p in self.params], "raw": dict(self._raw)})
@@ -275,6 +325,7 @@ class Tracer:
         return original(outputs)
 
     def _unscale(self, original, optimizer):
+        self._read_grads()
         self.record("unscale", {"inside_step": self._in_scaler_step})
         return original(optimizer)
 
@@ -325,6 +376,7 @@ class Tracer:
     def _clip_with_norm(self, original):
         def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
             params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            self._read_grads()
             event = self.record("clip", {"norm_before": float(total_norm), "max_norm": float(max_norm)})
             out = original(params, max_norm, total_norm, foreach)
             event.info["norm_after"] = global_norm([p.grad for p in params])
@@ -424,8 +476,7 @@ class Tracer:
         model, optimizer = self.model, self.optimizer
         if model is not None:
             handles.append(model.register_forward_pre_hook(self._on_forward))
-            if self.outputs:
-                handles.append(model.register_forward_hook(self._after_forward))
+            handles.append(model.register_forward_hook(self._after_forward))
             for i, p in enumerate(self.params):
                 handles.append(p.register_hook(functools.partial(self._on_grad, i)))
                 handles.append(p.register_post_accumulate_grad_hook(functools.partial(self._after_accumulate, i)))

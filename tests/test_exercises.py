@@ -254,7 +254,8 @@ def test_lab_markers_come_from_the_registry():
     selected = [line for line in out.splitlines() if "::" in line]
     assert selected and all("accumulation" in line or "loss_not_divided" in line or "drops_trailing" in line
                             or "steps_every" in line or "zero_grad_every" in line or "reports_scaled" in line
-                            or "scheduler_per_micro" in line for line in selected), selected
+                            or "scheduler_per_micro" in line or "clip_every_micro" in line
+                            for line in selected), selected
     assert any("drops_trailing_group" in line for line in selected)
     assert not any("baseline_canonical" in line for line in selected)
     markers = subprocess.run([sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider"],

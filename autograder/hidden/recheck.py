@@ -276,7 +276,7 @@ def _stopped(call: tuple) -> str:
 
 def _unreadable(call: tuple, why) -> str:
     """Evidence that does not fit its check: said as what was observed, never as tampering (a bug of the check or of
-    its evidence looks the same; only the observer's own module snapshot is positive evidence, ``CheckEnd.tampered``)."""
+    its evidence looks the same; only the observer's own module snapshot is positive evidence: CheckEnd.tampered)."""
     return (f"could not check {verifier.describe(call)}: the evidence the grader's re-run of the notebook sent does "
             f"not fit its check ({why}), so it earns no points yet. If the notebook runs top to bottom without "
             "errors, tell your instructor: the check may be at fault.")

@@ -89,7 +89,7 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None) -> TracedCal
     return run
 
 
-# --- a check that fails inside itself ----------------------------------------------------------------------------------
+# --- a check that fails inside itself ---------------------------------------------------------------------------------
 
 _PYTHON = tuple(dict.fromkeys(os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "purelib", "platlib")))
 

@@ -17,8 +17,8 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer
-from .calling import (TracedCall, _show, could_not_check, call_failure, exception_failure, isolated, judge_call, new_report, scratch,
-                      traced_call)
+from .calling import (TracedCall, _show, call_failure, could_not_check, exception_failure, isolated, judge_call,
+                      new_report, scratch, traced_call)
 from .report import CheckReport, Failure, NotJudged, _beside
 from .world import INIT_SCALE, SEED, _images, _tiny_model
 

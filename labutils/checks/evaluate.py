@@ -123,8 +123,8 @@ def _ev_no_grad(v: EvalView):
 def _ev_restore_mode(v: EvalView):
     if not v.run.complete:
         return NotJudged("evaluate did not return")
-    if not any(not e.info["training"] for _, e in v.forwards):
-        return NotJudged("evaluate never ran the model in eval mode, so there was no mode to restore")
+    if not v.forwards:  # a call that never ran the model shows nothing of the mode it leaves (judged apart from
+        return NotJudged("evaluate never called the model")  # eval_mode: no model.eval() is that property's alone)
     if not v.training_after:
         return [Failure("restore_mode", "evaluate left the model in eval mode: the next epoch would train with dropout "
                         "off unless it calls model.train() itself. Call model.train() before returning.", None,

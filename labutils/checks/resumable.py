@@ -23,8 +23,8 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, mark_batches
-from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report, reference_failure,
-                      scratch, traced_call)
+from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report,
+                      reference_failure, scratch, traced_call)
 from . import evidence, on_gpu
 from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
 from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model

@@ -10,7 +10,7 @@ from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_upda
 from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
                           _st_scheduler_order, _st_trailing, _st_train_mode, _st_zero_grad)
 from .train_run import TrainView, _run_train, _train_case
-from .train_values import _st_clip, _st_gradient, _st_mean_loss, _st_norms, _st_return_value
+from .train_values import _st_clip, _st_gradient, _st_loss_graph, _st_mean_loss, _st_norms, _st_return_value
 
 TRAIN_STAGES = (
     ("return_value", _st_return_value, ()),
@@ -36,9 +36,10 @@ TRAIN_STAGES = (
     # judged on what was returned whenever it holds numbers: a tensor instead of a float does not hide a wrong value
     ("norms", _st_norms, ()),
     ("mean_loss", _st_mean_loss, ()),
+    ("loss_graph", _st_loss_graph, ()),
 )
 _COMMON = ("return_value", "train_mode", "grad_enabled", "device", "batches", "order", "zero_grad", "gradient",
-           "mean_loss")
+           "mean_loss", "loss_graph")
 _SCHEDULER = ("scheduler", "scheduler_order")
 _SCALER = ("scale", "unscale", "scaler_step", "scaler_update")
 EXERCISE_STAGES = {

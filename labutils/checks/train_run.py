@@ -142,7 +142,7 @@ class TrainView:
         self.case, self.run, self.events = case, run, run.events
         self.exercise = case.exercise
         self.tol = 2e-2 if case.amp_dtype is not None else 1e-3
-        self.steps = [i for i, e in enumerate(self.events) if e.kind == "step"]  # step k is at steps[k - 1]
+        self.steps = self._steps()  # step k is at steps[k - 1]
         self.micros: list[Micro] = []
         self.forwards = []
         for i, e in enumerate(self.events):
@@ -162,6 +162,23 @@ class TrainView:
         self.trailing = [m for m in self.micros if m.step is None]
         self._refs: dict = {}
         self.accepted: dict[int, float] = {}  # step -> the 1/window factor its gradient matched
+
+    def _steps(self) -> list[int]:
+        """The optimizer steps, numbered 1, 2, ... in the events. A step that had no gradient at all since the start
+        or the previous step (no training forward before it, every ``.grad`` None: the step at the top of a loop
+        body, before the first backward) changed nothing, since PyTorch's optimizers skip a parameter without a
+        gradient: it is marked as such and is no step of the loop's."""
+        steps, since = [], 0  # training forwards since the last step
+        for i, e in enumerate(self.events):
+            if e.kind == "forward" and e.info["grad"]:
+                since += 1
+            elif e.kind == "step":
+                if not since and all(g is None for g in e.data["grads"]) and not e.info.get("skipped"):
+                    e.info["noop"] = True
+                    continue
+                steps.append(i)
+                e.info["number"], since = len(steps), 0
+        return steps
 
     def step_event(self, k: int) -> Event:
         return self.events[self.steps[k - 1]]
@@ -183,12 +200,12 @@ class TrainView:
 
     def factors(self, k: int) -> list[float]:
         """Accepted 1/window factors: 1/accum_steps, and for a trailing partial group also 1/its size."""
-        size, accum, own = len(self.windows[k]), self.case.accum_steps, len(self.windows[1])
+        size, accum, own = len(self.windows[k]), self.case.accum_steps, len(self.windows[1]) or None
         factors = [1.0 / accum]
         if k == len(self.steps) and size < accum:
             factors = [1.0 / size, 1.0 / accum]  # Lightning and accelerate use 1/accum_steps here
         if own != accum:  # windows of the wrong size are the window property's mistake: judge the division by the
-            factors += [1.0 / size, 1.0 / own]  # loop's own accumulation apart from it
+            factors += [1.0 / size] + ([1.0 / own] if own else [])  # loop's own accumulation apart from it
         return list(dict.fromkeys(factors))
 
     def zeros_for_none(self, grads):

@@ -88,11 +88,37 @@ def _clean_steps(v: TrainView) -> list[int]:
     return clean
 
 
+def _clips_inside(v: TrainView, k: int) -> list[int]:
+    """The clip_grad_norm_ calls between the first and the last backward of step ``k``'s window."""
+    window = v.windows[k]
+    first, last = window[0].backward, max(m.backward for m in window)
+    return [i for i in range(first, last) if v.events[i].kind == "clip"]
+
+
+def _added(v: TrainView, m) -> list:
+    """What micro-batch ``m``'s backward added to ``.grad`` (its gradient, as the loop scaled it)."""
+    event = v.events[m.backward]
+    before, after = event.data.get("before", {}), event.data.get("after", {})
+    params = list(v.case.model.parameters())
+    return [after[i] - before.get(i, 0) if i in after else torch.zeros_like(p) for i, p in enumerate(params)]
+
+
+def _divided_per_micro_batch(v: TrainView, k: int) -> float | None:
+    """The 1/window factor every micro-batch of step ``k`` was scaled by, read from what each backward added (apart
+    from anything the loop did to ``.grad`` between them); None when no accepted factor fits them all."""
+    window = v.windows[k]
+    if not all(v.events[m.backward].info.get("into_grad") for m in window):
+        return None
+    return next((f for f in v.factors(k) if all(
+        _rel(_added(v, m), [f * g for g in v.ref(m)[0]]) <= v.tol for m in window)), None)
+
+
 def _st_gradient(v: TrainView):
     clean = _clean_steps(v)
     if not clean:
         return NotJudged("no optimizer step had a clean window (a known batch, loss.backward() before the step, "
                          "fresh gradients)" if v.steps else "optimizer.step() never ran")
+    found = []  # a mistake in the division alone: the steps are still judged on the loop's own gradient
     for k in clean:
         window = v.windows[k]
         pre = v.pre_clip(k)
@@ -108,18 +134,29 @@ def _st_gradient(v: TrainView):
                             f"(about {ratio:.0f}x smaller than it should be): F.cross_entropy applies log-softmax "
                             "itself, so a softmax before it squashes the gradients. Pass the raw logits to "
                             "F.cross_entropy.", k)]
+        inside = _clips_inside(v, k) if len(window) > 1 else []
+        if inside and _divided_per_micro_batch(v, k) is not None:  # each micro-batch right: the clip is the mistake
+            j = next(n for n, m in enumerate(window, start=1) if m.backward > inside[0]) - 1
+            return [Failure("clip", f"clip_grad_norm_ ran after micro-batch {j} of step {k}, before the window's "
+                            "other micro-batches were added: each clip rescaled a partial sum, so the step's "
+                            "gradient is no longer the window's mean, clipped. Clip once per optimizer step, after "
+                            "the window's last backward.", k, v.beside(k, inside[0]))]
         if v.exercise == "accumulation" and len(window) > 1 and _rel(pre, v.combined(k, 1.0)) <= v.tol:
-            return [Failure("loss_divided", f"the gradient at step {k} is {len(window)}x the mean over its "
-                            f"{len(window)} micro-batches: the loss was not divided by accum_steps, so every step "
-                            "acted as if the learning rate were that much larger. Use (loss / accum_steps).backward().",
-                            k)]
+            v.accepted[k] = 1.0  # the loop's own gradient: its clipping and norms are judged on it, apart
+            found = found or [Failure("loss_divided", f"the gradient at step {k} is {len(window)}x the mean over its "
+                                      f"{len(window)} micro-batches: neither the loss nor the gradients were divided "
+                                      "by accum_steps, so every step acted as if the learning rate were that much "
+                                      "larger. Use (loss / accum_steps).backward().", k)]
+            continue
         if v.exercise == "accumulation":
-            return [Failure("loss_divided", f"the gradient at step {k} is not the mean over its micro-batches "
-                            f"(relative difference {_rel(pre, expected):.2g}): divide each micro-batch's loss by "
-                            "accum_steps before backward().", k)]
+            return found or [Failure("loss_divided", f"the gradient at step {k} is not the mean over its "
+                                     f"micro-batches (relative difference {_rel(pre, expected):.2g}): divide each "
+                                     "micro-batch's loss by accum_steps before backward().", k)]
         return [Failure("gradient", f"the gradient at step {k} is not the gradient of the mean cross-entropy over "
                         f"the step's batch (relative difference {_rel(pre, expected):.2g}). Compute "
                         "loss = F.cross_entropy(model(x), y) on the raw logits and call loss.backward() on it.", k)]
+    if found:
+        return found
     if v.case.max_norm is None:  # no clipping in this exercise: what backward produced must reach the step untouched
         for k in clean:
             if _rel(v.applied(k), v.pre_clip(k)) > v.tol:
@@ -162,6 +199,15 @@ def _st_clip(v: TrainView):
                 msg, mark = (f"step {k} applied {unclipped}. Call clip_grad_norm_(model.parameters(), max_norm) "
                              "between loss.backward() and optimizer.step().", step_at)
             return [Failure("clip", msg, k, v.beside(k, mark))]
+        measured = [v.events[i].info["norm_before"] for i in between]
+        if measured and not _close(measured[0], norm, v.tol):  # clip_grad_norm_ measured another norm than the L2
+            kinds = {"inf": _p_norm(wanted, float("inf")), "1": _p_norm(wanted, 1.0)}
+            kind = next((f"norm_type={t} (the {'largest single value' if t == 'inf' else 'sum of absolute values'})"
+                         for t, value in kinds.items() if _close(measured[0], value, v.tol)), "another norm_type")
+            return [Failure("clip", f"clip_grad_norm_ measured the gradient at step {k} as {measured[0]:.4g}, but "
+                            f"its global L2 norm is {norm:.4g}: it was called with {kind}. The contract clips the "
+                            "global L2 norm: clip_grad_norm_(model.parameters(), max_norm), whose norm_type is 2 by "
+                            "default.", k, v.beside(k, between[0]))]
         got = global_norm(applied)
         if got < norm and _rel(applied, [g * (got / norm) for g in wanted]) <= v.tol:  # clipped, at another threshold
             return [Failure("clip", f"train_one_epoch clipped at {got:.3g}, not at the max_norm={max_norm:g} it was "
@@ -173,6 +219,17 @@ def _st_clip(v: TrainView):
     return []
 
 
+def _p_norm(grads, p: float) -> float:
+    """The norm clip_grad_norm_ computes with ``norm_type=p`` (all gradients taken together)."""
+    return float(torch.linalg.vector_norm(_flat(grads), p))
+
+
+def _traced_norm(v: TrainView, k: int) -> float | None:
+    """What clip_grad_norm_ measured (and returned) for step ``k``: its call after the window's last backward."""
+    last, step_at = max(m.backward for m in v.windows[k]), v.steps[k - 1]
+    return next((v.events[i].info["norm_before"] for i in range(last, step_at) if v.events[i].kind == "clip"), None)
+
+
 def _st_norms(v: TrainView):
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
@@ -181,13 +238,18 @@ def _st_norms(v: TrainView):
     if None in norms:
         return NotJudged("the returned norms are not a list of numbers")
     if not v.accepted:
+        if any(len(v.windows[k]) > 1 and _clips_inside(v, k) for k in v.windows):
+            return NotJudged("clip_grad_norm_ ran inside the accumulation window, so no step had one pre-clip "
+                             "gradient whose norm could be logged", needs=("clip",))
         return NotJudged("no step's gradient could be checked, so its norm cannot be (fix the gradient first)")
     for k, got in zip(_norm_steps(v, norms) or range(1, len(norms) + 1), norms):  # a wrong count: return_value's
         if k not in v.accepted:
             continue
-        want = global_norm(v.combined(k, v.accepted[k]))
+        want, traced = global_norm(v.combined(k, v.accepted[k])), _traced_norm(v, k)
         if _close(float(got), want, v.tol):
             continue
+        if traced is not None and _close(float(got), traced, v.tol) and not _close(traced, want, v.tol):
+            continue  # what clip_grad_norm_ returned, measured with another norm_type: the clip property's mistake
         if _close(float(got), min(want, v.case.max_norm), v.tol):
             msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm after clipping (max_norm="
                    f"{v.case.max_norm:g}); the contract logs the pre-clip norm {want:.4g}: keep the value "
@@ -217,6 +279,23 @@ def _loss_value(value) -> float | None:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value.detach().float().cpu())
     return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+
+
+def _st_loss_graph(v: TrainView):
+    """Nothing keeps every batch's graph alive (a sum of loss tensors, a list of them): at each training forward,
+    the graphs of the earlier ones are counted (:class:`labutils.trace.Tracer`); a loop that drops them keeps one or
+    two at most."""
+    if len(v.micros) < 4:
+        return NotJudged("fewer than four training forwards were observed, too few to see graphs pile up")
+    for j, m in enumerate(v.micros[3:], start=3):
+        alive = v.events[m.forward].info.get("graphs", 0)
+        if alive >= j:
+            return [Failure("loss_graph", f"at the forward of batch {v.events[m.forward].info.get('batch', j + 1)}, "
+                            f"the graphs of all {alive} earlier batches were still alive: the loop keeps each batch's "
+                            "loss tensor (total += loss, or a list of losses), and each holds its batch's whole "
+                            "graph until the epoch ends, so memory grows with every batch. Add loss.item(), a "
+                            "float, instead.", m.step, v.beside(m.step, m.forward))]
+    return []
 
 
 def _st_mean_loss(v: TrainView):

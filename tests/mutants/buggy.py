@@ -170,6 +170,21 @@ def skips_last_batch(model, loader, optimizer, device):
     return total / seen
 
 
+
+def sums_loss_tensor(model, loader, optimizer, device):
+    """Adds up the loss tensor, not loss.item(): the sum holds every batch's graph until the end of the epoch."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total = total + loss * len(y)
+        seen += len(y)
+    return total.item() / seen
+
 def missing_device(model, loader, optimizer):
     """Leaves out the device parameter of the contract."""
     model.train()
@@ -393,6 +408,23 @@ def norms_as_tensors(model, loader, optimizer, scheduler, max_norm, device):
     return total / seen, norms
 
 
+
+def clip_inf_norm(model, loader, optimizer, scheduler, max_norm, device):
+    """Clips the largest single gradient value (norm_type=inf), not the global L2 norm the contract asks for."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        norms.append(clip_grad_norm_(model.parameters(), max_norm, norm_type=float("inf")).item())
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
 def clipping_missing_max_norm(model, loader, optimizer, scheduler, device):
     """The 02 signature in the 03 exercise: max_norm is missing."""
     model.train()
@@ -442,6 +474,25 @@ def loss_not_divided(model, loader, optimizer, scheduler, max_norm, accum_steps,
             optimizer.zero_grad()
     return total / seen, norms
 
+
+
+def clip_every_micro_batch(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Divides the loss, but clips after every micro-batch's backward instead of once per optimizer step."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        (loss / accum_steps).backward()
+        norm = clip_grad_norm_(model.parameters(), max_norm).item()
+        total += loss.item() * len(y)
+        seen += len(y)
+        if (i + 1) % accum_steps == 0 or i + 1 == len(loader):
+            norms.append(norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return total / seen, norms
 
 def steps_every_micro_batch(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
     """Divides the loss but steps after every micro-batch: no accumulation at all."""

@@ -148,6 +148,57 @@ def evaluate_inference_mode(model, loader, device):
     return loss_sum / n, acc_sum / n
 
 
+
+def baseline_closure(model, loader, optimizer, device):
+    """optimizer.step(closure): the closure clears, runs forward and backward, and returns the loss (issue 45: the
+    check once recorded the step before the closure's forward and crashed)."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        loss = optimizer.step(closure)
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
+
+def baseline_step_at_top(model, loader, optimizer, device):
+    """The step at the top of the loop body applies the previous batch's gradients (the first one has none and
+    changes nothing); one more step after the loop."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        optimizer.step()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        total += loss.item() * len(y)
+        seen += len(y)
+    optimizer.step()
+    return total / seen
+
+
+def baseline_autograd_grad(model, loader, optimizer, device):
+    """torch.autograd.grad, its result assigned to .grad: nothing accumulates, so nothing needs clearing."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    total, seen = 0.0, 0
+    for x, y in loader:
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        for p, g in zip(params, torch.autograd.grad(loss, params)):
+            p.grad = g
+        optimizer.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen
+
 # --- 02 scheduler ----------------------------------------------------------------------------------------------------
 
 
@@ -238,6 +289,27 @@ def clipping_imported(model, loader, optimizer, scheduler, max_norm, device):
     return total / seen, norms
 
 
+
+def clipping_closure(model, loader, optimizer, scheduler, max_norm, device):
+    """optimizer.step(closure) with the clipping inside the closure, after backward; the norm kept from it."""
+    model.train()
+    total, seen, norms = 0.0, 0, []
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            return loss
+
+        loss = optimizer.step(closure)
+        scheduler.step()
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, norms
+
 # --- 04 accumulation -------------------------------------------------------------------------------------------------
 
 
@@ -308,6 +380,30 @@ def accumulation_groups(model, loader, optimizer, scheduler, max_norm, accum_ste
             scheduler.step()
     return total / seen, norms
 
+
+
+def accumulation_divides_grads(model, loader, optimizer, scheduler, max_norm, accum_steps, device):
+    """Plain loss.backward(), then the window's summed gradients divided by its size before clipping (the same
+    update as dividing each loss; issue 45: the check once said the loss was not divided)."""
+    model.train()
+    total, seen, norms, in_window = 0.0, 0, [], 0
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        in_window += 1
+        total += loss.item() * len(y)
+        seen += len(y)
+        if in_window == accum_steps or i + 1 == len(loader):
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad /= in_window
+            norms.append(clip_grad_norm_(model.parameters(), max_norm).item())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            in_window = 0
+    return total / seen, norms
 
 # --- 05 amp ----------------------------------------------------------------------------------------------------------
 

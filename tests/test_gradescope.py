@@ -173,3 +173,97 @@ def test_an_honest_submission_grades_in_the_default_container_as_grade_does(cont
     local = {t["name"]: t["points"] for t in container["local"]["tests"] if t["kind"] == "auto"}
     assert {t["name"].split(": ")[1]: t["score"] for t in results["tests"]} == local == {"test_add": 1,
                                                                                       "test_add_hidden": 2}
+
+# --- a container that refuses namespaces and Landlock (issue 42) ---------------------------------------------------------
+
+REFUSE = Path(__file__).parent / "autograder_cases" / "refuse.py"
+
+# What the finding's submission did from inside its kernel; each attempt says "done" or why it failed, and the whole
+# report leaves through the visible test's message (add raises it), as the finding's leak did.
+ATTACK = """\
+import glob, json, os, sysconfig
+root = {root!r}
+source = glob.glob(root + "/source/loop-lab/solutions/loop_lab/*.ipynb")[0]
+report = {{}}
+def attempt(name, action):
+    try:
+        report[name] = action() or "done"
+    except OSError as exc:
+        report[name] = exc.strerror
+def read_hidden():
+    return "done: " + open(source).read()[-400:] if "BEGIN HIDDEN TESTS" in open(source).read() else "no marker"
+def publish_hidden():
+    text = open(source).read()
+    open(source, "w").write(text.replace("### BEGIN HIDDEN TESTS", "### BEGIN TESTS"))
+attempt("read a hidden test", read_hidden)
+attempt("rewrite the hidden marker", publish_hidden)
+attempt("change the grader", lambda: open(root + "/source/loop-lab/autograder/gradescope.py", "a").write("# owned"))
+attempt("write a .pth into the venv", lambda: open(os.path.join(sysconfig.get_paths()["purelib"],
+                                                                 {pth!r}), "w").write("# owned"))
+attempt("write the results", lambda: open(root + "/results/forged.json", "w").write("{{}}"))
+def add(a, b):
+    raise RuntimeError("ATTACK " + json.dumps(report) + " END")
+"""
+
+
+def _passable_copy(tree: Path) -> Path:
+    """``tree`` copied where another uid may pass (pytest's own tmp folder is root's alone), as /autograder is."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="looplab-gradescope-root-"))
+    os.chmod(folder, 0o711)
+    shutil.copytree(tree, folder / "autograder", symlinks=True)
+    return folder / "autograder"
+
+
+@pytest.mark.slow
+def test_a_submission_in_a_container_without_namespaces_or_landlock_reaches_nothing(unpacked):
+    """Issue 42: run_autograder where namespaces, mount and Landlock are refused. The attacking submission reads the
+    hidden tests, rewrites their marker, edits the grader, writes a .pth into the venv and forges results: either
+    every attempt is refused (student code runs as an unprivileged uid; the grader's files are closed to it by
+    plain permissions), or the run refuses to grade and says why."""
+    import shutil
+    import sysconfig
+    import uuid
+
+    import nbformat
+
+    root = _passable_copy(unpacked["root"])
+    pth = f"zz-looplab-attack-{uuid.uuid4().hex[:8]}.pth"
+    planted = Path(sysconfig.get_paths()["purelib"]) / pth
+    source_nb = next((root / "source" / "loop-lab" / "solutions" / "loop_lab").glob("*.ipynb"))
+    grader = root / "source" / "loop-lab" / "autograder" / "gradescope.py"
+    before = {p: p.read_bytes() for p in (source_nb, grader)}
+    try:
+        (root / "submission").mkdir()
+        (root / "results").mkdir()
+        nbformat.write(toy.notebook(toy.CORRECT, "Because.", before=(ATTACK.format(root=str(root), pth=pth),)),
+                       root / "submission" / f"{toy.NOTEBOOK}.ipynb")
+        env = dict(os.environ, GRADESCOPE_ROOT=str(root), LOOPLAB_PYTHON=sys.executable,
+                   LOOPLAB_GRADER_CACHE=str(root.parent / "grader-cache"))
+        python = str(Path(sys.base_prefix).resolve())
+        proc = subprocess.run([sys.executable, REFUSE, "--namespaces", "--landlock", python, "--", "bash",
+                               root / "source" / "run_autograder"], env=env, capture_output=True, text=True,
+                              timeout=600)
+        results = json.loads((root / "results" / "results.json").read_text())
+        validate(results)
+        changed = [p.name for p, data in before.items() if p.read_bytes() != data]
+        planted_pth, forged = planted.exists(), (root / "results" / "forged.json").exists()
+    finally:
+        planted.unlink(missing_ok=True)  # a regression's litter in this checkout's venv goes with it
+        shutil.rmtree(root.parent, ignore_errors=True)
+    assert not changed and not planted_pth and not forged, (changed, planted_pth, forged, results)
+    confined = next(line for line in proc.stdout.splitlines() if line.startswith("student code confined"))
+    assert "landlock" not in confined.lower() and "scratch" not in confined  # refused here: never claimed
+    if proc.returncode != 0:  # refused: the reason, for the instructor, in results.json too
+        assert results["score"] == 0 and "refused to grade" in results["output"], results
+        assert "what to change" in results["output"] or "run" in results["output"]
+        return
+    tests = {t["name"].split(": ")[1]: t for t in results["tests"]}
+    report = json.loads(tests["test_add"]["output"].split("ATTACK ", 1)[1].split(" END", 1)[0])
+    assert set(report) == {"read a hidden test", "rewrite the hidden marker", "change the grader",
+                           "write a .pth into the venv", "write the results"}
+    assert all(why == "Permission denied" for why in report.values()), report
+    assert "BEGIN HIDDEN" not in json.dumps(results) and tests["test_add_hidden"]["visibility"] == "after_published"
+    assert "user" in confined and "permissions" in confined

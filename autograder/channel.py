@@ -59,6 +59,7 @@ class RunConfig:
     data_dirs: list[str] = field(default_factory=list)  # readable by student code: FashionMNIST and its cache
     cache_dir: str = ""
     require_isolation: bool = False  # refuse to grade when a confinement layer cannot be applied here
+    permissions: str = "not checked"  # closure.check's finding for this run's files: "" (verified) or why not
 
 
 @dataclass
@@ -145,6 +146,8 @@ class Policy:
     scratch_mb: int = 1024  # the task's private tmpfs: /dev/shm, HOME, TMPDIR and the notebook folder's writes
     pids_max: int = 512  # processes and threads of the task (its cgroup)
     own_paths: list[str] = field(default_factory=list)  # the task's own folders and files: handed to its uid
+    passable_below: str | None = None  # the run's work folder: without a mount namespace, the folders between it and
+    # own_paths are opened for passing (isolation.open_ancestors)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from labutils.atomic import write_atomically
 from .channel import ExtraFile, Result, RunConfig, Task
 from .layout import ASSIGNMENT
 from .course.nbgrader_setup import database_url, prepare_tools, sqlite_url
-from .layout import REPO_ROOT
+from .layout import REPO_ROOT, grader_cache_dir, reference_dir
 from .run.progress import Progress, fmt as _fmt
 from .run import scratch
 from .run.pool import LocalExecutor
@@ -156,8 +156,9 @@ class Plan:
 
 
 def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT,
-          executor=None) -> ClassGrades:
-    """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect."""
+          executor=None, private: tuple[Path, ...] = ()) -> ClassGrades:
+    """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect. ``private``: folders
+    besides OUT that student code must neither read nor write (Gradescope's results)."""
     from .course.submissions import require_existing
 
     opts = options or GradeOptions()
@@ -170,10 +171,11 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         out_lock.close()
         raise
     prepare_tools()
+    source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
+    umask = closed_to_students(root, source, Path(out).resolve(), private)
     work, alive = scratch.new_work_folder()
     from .sandbox import policy
 
-    source = Path(opts.source or root / "solutions" / ASSIGNMENT).resolve()
     # Landlock makes writes outside a student's folder impossible; without it, detect them afterwards.
     protected = [] if policy.landlock_abi() else [source, root / "labutils", root / "autograder", root / "notebooks"]
     before = fingerprint(protected)
@@ -184,6 +186,7 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         kept, reuse_notes = journal.Journal(Path(out).resolve()), []
         the_plan = plan(submissions, out, opts, source, work, version, kept)
         the_plan.deadlines = deadlines
+        the_plan.run.permissions = check_closed(root, source, the_plan.out, work, private)
         outcomes = dict(the_plan.decided)
         keys = _reuse_kept(the_plan, kept, outcomes, opts, version, reuse_notes.append)
         (the_plan.out / "grading.log").unlink(missing_ok=True)
@@ -222,6 +225,31 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
             log(f"work folder kept: {work}")
         alive.close()
         out_lock.close()
+        if umask is not None:
+            os.umask(umask)
+
+
+def closed_to_students(root: Path, source: Path, out: Path, private: tuple[Path, ...]) -> int | None:
+    """A root grader (whose student code runs as another uid): close what existed before the run to other users,
+    and create the rest closed (:data:`closure.UMASK`, for this process and all it starts); the umask it replaced,
+    or None when it is not root (student code runs as its own uid: permissions cannot keep it out)."""
+    from .sandbox import closure
+
+    if os.geteuid() != 0:
+        return None
+    closure.close([source, reference_dir(root), out, grader_cache_dir(), *private])
+    return os.umask(closure.UMASK)
+
+
+def check_closed(root: Path, source: Path, out: Path, work: Path, private: tuple[Path, ...]) -> str:
+    """:func:`autograder.sandbox.closure.check` on this run's secrets (the hidden tests and solutions wherever they
+    are: the source, the template course, OUT's gradebook; the reference; the results; the cache) and on what
+    student code must not change (the grader's code, its venv, the source, the results)."""
+    from .sandbox import closure
+
+    secrets = [source, reference_dir(root), out, work / "template", grader_cache_dir(), *private]
+    return closure.check(secrets, [root / "autograder", root / "labutils", *closure.venv_folders(), source, out,
+                                   *private])
 
 
 def assignment_version(root: Path, source: Path) -> list[str]:

@@ -10,6 +10,7 @@ test's shown only after the scores are published. Late penalties are left to Gra
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -34,8 +35,11 @@ def _submission_folder(layout: GradescopeLayout, work: Path) -> Path:
 
 
 def run(layout: GradescopeLayout, source: Path | None = None) -> int:
-    """Grade ``layout.submission`` and write ``layout.results``; 0 when graded, 1 when it could not be (results.json
-    then says why, with no test, so Gradescope shows the reason rather than a missing file)."""
+    """Grade ``layout.submission`` and write ``layout.results``; 0 when graded, 1 when it could not be or the
+    container cannot keep the hidden tests and the results from student code (results.json then says why, with a
+    score of 0, so Gradescope shows the reason rather than a missing file or a silent grade)."""
+    from .run.pool import GradingSetupError
+
     started = time.monotonic()
     source = Path(source or REPO_ROOT / "solutions" / ASSIGNMENT)
     layout.results.parent.mkdir(parents=True, exist_ok=True)
@@ -43,21 +47,32 @@ def run(layout: GradescopeLayout, source: Path | None = None) -> int:
         work = Path(tmp)
         try:
             result = grade(_submission_folder(layout, work), work / "out",
-                           GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source), root=REPO_ROOT)
+                           GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source), root=REPO_ROOT,
+                           private=(layout.results.parent,))
             record = StudentRecord.from_json((result.out / f"{STUDENT}.json").read_text())
             log = (result.out / "grading.log").read_text(errors="replace")
+        except GradingSetupError as exc:  # the container, not the submission: one line for the instructor
+            print(f"The autograder {exc}", file=sys.stdout)
+            _not_graded(layout, f"The autograder {exc}", started)
+            return 1
         except Exception as exc:  # the student sees why, the instructor the traceback on stdout
             import traceback
 
             traceback.print_exc(file=sys.stdout)
-            failed = GradescopeResults(tests=[], output=f"The autograder could not grade this submission "
-                                       f"({type(exc).__name__}: {exc}).", execution_time=time.monotonic() - started)
-            layout.results.write_text(failed.to_json())
+            _not_graded(layout, f"The autograder could not grade this submission ({type(exc).__name__}: {exc}).",
+                        started)
             return 1
         print(log)  # stdout: the instructor's (confinement layers, each notebook's line)
         results = to_results(record, hidden_tests(source), time.monotonic() - started)
         layout.results.write_text(results.to_json())
     return 0
+
+
+def _not_graded(layout: GradescopeLayout, why: str, started: float) -> None:
+    """results.json for a submission that was not graded: no test, a score of 0 and ``why``, shown."""
+    failed = GradescopeResults(tests=[], output=why, execution_time=round(time.monotonic() - started, 1))
+    shown = {**json.loads(failed.to_json()), "score": 0, "visibility": "visible"}  # Gradescope sums no test: say 0
+    layout.results.write_text(json.dumps(shown, indent=1) + "\n")
 
 
 def layout_from_env(root: Path | None) -> GradescopeLayout:

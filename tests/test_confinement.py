@@ -401,3 +401,61 @@ def test_a_recheck_stops_when_the_process_that_asked_for_it_is_killed(reachable)
     for pid in left["the student's cell"] + ([zygote] if left["the zygote"] else []):
         os.kill(pid, 9)
     assert not any(left.values()), f"15 s after its client was killed, still running: {left}"
+
+
+# --- the banner says what was observed (issue 42) ------------------------------------------------------------------------
+
+REFUSE = Path(__file__).parent / "autograder_cases" / "refuse.py"
+BANNER = """
+import ctypes, json, os
+from autograder.sandbox import isolation
+from autograder.run.pool import GradingSetupError, check_isolation
+lines = []
+try:
+    check_isolation({**isolation.probe(), "permissions": ""}, False, lines.append)
+except GradingSetupError as exc:
+    lines.append("refused " + str(exc))
+libc = ctypes.CDLL(None, use_errno=True)
+def refused(call):  # the test's own look, in a child, at what the container lets a process do
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if call() == 0 else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+seen = {"namespaces": refused(lambda: libc.unshare(0x00020000)),
+        "landlock": refused(lambda: 0 if libc.syscall(444, None, 0, 1) > 0 else 1)}
+print(json.dumps({"banner": lines[0], "refused": seen}))
+"""
+
+
+def _closed_above(path: str) -> bool:
+    return any(not os.stat(folder).st_mode & 0o001 for folder in Path(path).parents)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the container emulation needs root (a seccomp filter, the uid change)")
+@pytest.mark.parametrize("refuse, reveal", [
+    ((), True), (("--namespaces",), True), (("--landlock",), True), (("--namespaces", "--landlock"), True),
+    (("--namespaces", "--landlock"), False),
+], ids=["all-layers", "namespaces-refused", "landlock-refused", "both-refused", "both-refused-python-closed"])
+def test_the_banner_names_only_what_was_observed(refuse, reveal):
+    """Issue 42: in a container that refuses namespaces and/or Landlock (a seccomp filter), the grader's banner names
+    exactly the layers that hold there, as the test itself sees the system calls answered; without namespaces the
+    user layer still holds (a plain uid change) where Python is readable by every user, and where it is not, the
+    grader refuses to grade, naming the user layer and what to change."""
+    from labutils.data_files import cache_dir
+
+    python = str(Path(sys.base_prefix).resolve())
+    proc = subprocess.run([sys.executable, REFUSE, *refuse, *([python, str(cache_dir())] if reveal else []), "--",
+                           sys.executable, "-c", BANNER], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["refused"] == {"namespaces": "--namespaces" in refuse, "landlock": "--landlock" in refuse}
+    if said["refused"]["namespaces"] and not reveal and _closed_above(python):
+        assert said["banner"].startswith("refused refused to grade: student code would run as root"), said
+        assert "user layer is missing" in said["banner"] and "what to change" in said["banner"]
+        return
+    expected = {"rlimits", "cgroup", "network", "user", "permissions"} | (
+        set() if said["refused"]["namespaces"] else {"scratch", "pid"}) | (
+        set() if said["refused"]["landlock"] else {"Landlock"})
+    listed = said["banner"].split("student code confined: ", 1)[1].split(" (", 1)[0].split(", ")
+    assert set(listed) == expected, said["banner"]
+    assert said["banner"].count("WARNING") == 7 - len(expected - {"permissions"}), said["banner"]

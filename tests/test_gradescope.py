@@ -91,14 +91,8 @@ def emulate(root: Path, body: str) -> dict:
     return results
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("body, scores", [
-    (toy.CORRECT, {"test_add": 1, "test_add_hidden": 2}),
-    (toy.STUB, {"test_add": 0, "test_add_hidden": 0}),
-    (toy.ONE_MISTAKE, {"test_add": 1, "test_add_hidden": 0}),
-], ids=["correct", "stub", "one-mistake"])
-def test_run_autograder_writes_gradescope_results(unpacked, body, scores):
-    results = emulate(unpacked["root"], body)
+def check_results(results: dict, body: str, scores: dict) -> dict:
+    """The toy notebook's results.json for ``body``: its ``scores``, and what every run's results say; its tests."""
     tests = {t["name"].split(": ")[1]: t for t in results["tests"]}
     assert {name: t["score"] for name, t in tests.items()} == scores  # the written answer is not a test
     assert {name: t["max_score"] for name, t in tests.items()} == {"test_add": 1, "test_add_hidden": 2}
@@ -111,6 +105,16 @@ def test_run_autograder_writes_gradescope_results(unpacked, body, scores):
         assert "NotImplementedError" in tests["test_add"]["output"]
     assert "Graded by hand on Gradescope: 00_toy: answer (2 points)" in results["output"]
     assert "score" not in results  # Gradescope sums the tests
+    return tests
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, scores", [
+    (toy.STUB, {"test_add": 0, "test_add_hidden": 0}),
+    (toy.ONE_MISTAKE, {"test_add": 1, "test_add_hidden": 0}),
+], ids=["stub", "one-mistake"])  # a correct one: the container test below
+def test_run_autograder_writes_gradescope_results(unpacked, body, scores):
+    check_results(emulate(unpacked["root"], body), body, scores)
 
 
 def test_a_submission_that_cannot_be_graded_still_gets_results(tmp_path, monkeypatch):
@@ -178,31 +182,30 @@ def test_an_honest_submission_grades_in_the_default_container_as_grade_does(cont
 
 REFUSE = Path(__file__).parent / "autograder_cases" / "refuse.py"
 
-# What the finding's submission did from inside its kernel; each attempt says "done" or why it failed, and the whole
-# report leaves through the visible test's message (add raises it), as the finding's leak did.
+# What the finding's submission did from inside its kernel, beside a correct add; each attempt says "done" (what it
+# read, for the hidden test) or why it failed, in a report left in /dev/shm (the grader's own where there is no mount
+# namespace: a channel out, as the finding's visible check message was).
 ATTACK = """\
-import glob, json, os, sysconfig
+import json, os, sysconfig
 root = {root!r}
-source = glob.glob(root + "/source/loop-lab/solutions/loop_lab/*.ipynb")[0]
+source = root + "/source/loop-lab/solutions/loop_lab/{notebook}.ipynb"
 report = {{}}
 def attempt(name, action):
     try:
         report[name] = action() or "done"
     except OSError as exc:
         report[name] = exc.strerror
-def read_hidden():
-    return "done: " + open(source).read()[-400:] if "BEGIN HIDDEN TESTS" in open(source).read() else "no marker"
 def publish_hidden():
     text = open(source).read()
     open(source, "w").write(text.replace("### BEGIN HIDDEN TESTS", "### BEGIN TESTS"))
-attempt("read a hidden test", read_hidden)
+attempt("read a hidden test", lambda: "done: " + open(source).read())
 attempt("rewrite the hidden marker", publish_hidden)
 attempt("change the grader", lambda: open(root + "/source/loop-lab/autograder/gradescope.py", "a").write("# owned"))
 attempt("write a .pth into the venv", lambda: open(os.path.join(sysconfig.get_paths()["purelib"],
                                                                  {pth!r}), "w").write("# owned"))
 attempt("write the results", lambda: open(root + "/results/forged.json", "w").write("{{}}"))
-def add(a, b):
-    raise RuntimeError("ATTACK " + json.dumps(report) + " END")
+with open({report!r}, "w") as f:
+    json.dump(report, f)
 """
 
 
@@ -218,52 +221,57 @@ def _passable_copy(tree: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_submission_in_a_container_without_namespaces_or_landlock_reaches_nothing(unpacked):
-    """Issue 42: run_autograder where namespaces, mount and Landlock are refused. The attacking submission reads the
-    hidden tests, rewrites their marker, edits the grader, writes a .pth into the venv and forges results: either
-    every attempt is refused (student code runs as an unprivileged uid; the grader's files are closed to it by
-    plain permissions), or the run refuses to grade and says why."""
+@pytest.mark.skipif(os.geteuid() != 0, reason="the container emulation needs root (a seccomp filter, the uid change)")
+def test_a_correct_submission_that_attacks_from_a_container_without_namespaces_or_landlock(unpacked):
+    """Issue 42: run_autograder where namespaces, mount and Landlock are refused (a seccomp filter around it, as
+    Docker's default profile did before 2022 on a kernel without Landlock). The submission is correct, and it reads
+    the hidden tests, rewrites their marker, edits the grader, writes a .pth into the venv and forges results: either
+    every attempt is refused (student code runs as an unprivileged uid; the grader's files are closed to it by plain
+    permissions) and it is graded as any correct one, or the run refuses to grade and says why."""
     import shutil
     import sysconfig
     import uuid
 
     import nbformat
+    from labutils.data_files import cache_dir
 
     root = _passable_copy(unpacked["root"])
-    pth = f"zz-looplab-attack-{uuid.uuid4().hex[:8]}.pth"
-    planted = Path(sysconfig.get_paths()["purelib"]) / pth
-    source_nb = next((root / "source" / "loop-lab" / "solutions" / "loop_lab").glob("*.ipynb"))
+    nonce = uuid.uuid4().hex[:8]
+    planted = Path(sysconfig.get_paths()["purelib"]) / f"zz-looplab-attack-{nonce}.pth"
+    report_file = Path(f"/dev/shm/looplab-attack-{nonce}.json")
+    source_nb = root / "source" / "loop-lab" / "solutions" / "loop_lab" / f"{toy.NOTEBOOK}.ipynb"
     grader = root / "source" / "loop-lab" / "autograder" / "gradescope.py"
     before = {p: p.read_bytes() for p in (source_nb, grader)}
     try:
-        (root / "submission").mkdir()
-        (root / "results").mkdir()
-        nbformat.write(toy.notebook(toy.CORRECT, "Because.", before=(ATTACK.format(root=str(root), pth=pth),)),
+        for folder in ("submission", "results"):  # the other tests' runs left theirs
+            shutil.rmtree(root / folder, ignore_errors=True)
+            (root / folder).mkdir()
+        attack = ATTACK.format(root=str(root), pth=planted.name, notebook=toy.NOTEBOOK, report=str(report_file))
+        nbformat.write(toy.notebook(toy.CORRECT, "Because.", before=(attack,)),
                        root / "submission" / f"{toy.NOTEBOOK}.ipynb")
         env = dict(os.environ, GRADESCOPE_ROOT=str(root), LOOPLAB_PYTHON=sys.executable,
                    LOOPLAB_GRADER_CACHE=str(root.parent / "grader-cache"))
-        python = str(Path(sys.base_prefix).resolve())
-        proc = subprocess.run([sys.executable, REFUSE, "--namespaces", "--landlock", python, "--", "bash",
+        reveal = [str(Path(sys.base_prefix).resolve()), str(cache_dir())]  # a container's Python: readable by all
+        proc = subprocess.run([sys.executable, REFUSE, "--namespaces", "--landlock", *reveal, "--", "bash",
                                root / "source" / "run_autograder"], env=env, capture_output=True, text=True,
                               timeout=600)
         results = json.loads((root / "results" / "results.json").read_text())
         validate(results)
         changed = [p.name for p, data in before.items() if p.read_bytes() != data]
         planted_pth, forged = planted.exists(), (root / "results" / "forged.json").exists()
+        report = json.loads(report_file.read_text()) if report_file.exists() else None
     finally:
         planted.unlink(missing_ok=True)  # a regression's litter in this checkout's venv goes with it
+        report_file.unlink(missing_ok=True)
         shutil.rmtree(root.parent, ignore_errors=True)
-    assert not changed and not planted_pth and not forged, (changed, planted_pth, forged, results)
-    confined = next(line for line in proc.stdout.splitlines() if line.startswith("student code confined"))
-    assert "landlock" not in confined.lower() and "scratch" not in confined  # refused here: never claimed
+    assert not changed and not planted_pth and not forged, (changed, planted_pth, forged, report)
     if proc.returncode != 0:  # refused: the reason, for the instructor, in results.json too
         assert results["score"] == 0 and "refused to grade" in results["output"], results
-        assert "what to change" in results["output"] or "run" in results["output"]
+        assert "what to change" in results["output"] and results["tests"] == [], results
         return
-    tests = {t["name"].split(": ")[1]: t for t in results["tests"]}
-    report = json.loads(tests["test_add"]["output"].split("ATTACK ", 1)[1].split(" END", 1)[0])
-    assert set(report) == {"read a hidden test", "rewrite the hidden marker", "change the grader",
-                           "write a .pth into the venv", "write the results"}
-    assert all(why == "Permission denied" for why in report.values()), report
-    assert "BEGIN HIDDEN" not in json.dumps(results) and tests["test_add_hidden"]["visibility"] == "after_published"
-    assert "user" in confined and "permissions" in confined
+    assert report == dict.fromkeys(["read a hidden test", "rewrite the hidden marker", "change the grader",
+                                    "write a .pth into the venv", "write the results"], "Permission denied")
+    check_results(results, toy.CORRECT, {"test_add": 1, "test_add_hidden": 2})
+    confined = next(line for line in proc.stdout.splitlines() if "student code confined" in line)
+    assert "Landlock" not in confined and "scratch" not in confined  # refused here: never claimed
+    assert "user, permissions" in confined and "uid 65534" in confined, confined

@@ -96,17 +96,26 @@ class Worker:
         self.kill()
 
 
-def check_isolation(found: dict[str, str], required: bool, log) -> None:
-    """Say which confinement layers student code gets here, and which not (what that exposes); refuse to grade
-    without all of them when ``required`` (``--require-isolation``)."""
-    from autograder.sandbox import isolation
+BANNER_ORDER = ("landlock", "rlimits", "cgroup", "scratch", "network", "pid", "user", "permissions")
+BANNER_NAMES = {"landlock": "Landlock"}
 
-    gaps = isolation.missing(found)
+
+def check_isolation(found: dict[str, str], required: bool, log) -> None:
+    """Name the confinement layers verified here (``found``: layer -> "" when a probe observed it hold as student code
+    would, else why not) and what each missing one exposes; refuse to grade when what holds cannot keep the hidden
+    tests and the results out of reach, or without every layer when ``required`` (``--require-isolation``)."""
+    from autograder.sandbox import closure, isolation
+
+    gaps = isolation.missing(found, {closure.LAYER: closure.EXPOSES})
     if gaps and required:
         raise GradingSetupError("--require-isolation: " + "; ".join(gaps))
-    applied = [layer for layer, why in found.items() if not why]
-    log(f"student code confined: Landlock, rlimits{''.join(', ' + layer for layer in applied)}"
-        + "".join(f"\nWARNING: {gap}" for gap in gaps))
+    refusal = closure.unprotected(found, os.geteuid())
+    if refusal:
+        raise GradingSetupError(refusal)
+    verified = [BANNER_NAMES.get(layer, layer) for layer in BANNER_ORDER if found.get(layer) == ""]
+    uid = isolation.student_ids()[0] if found.get("user") == "" else os.geteuid()
+    log(f"student code confined: {', '.join(verified) or 'by nothing verified'} (each observed by a probe as student "
+        f"code; it runs as uid {uid})" + "".join(f"\nWARNING: {gap}" for gap in gaps))
 
 
 def _order(tasks: list[Task]) -> list[Task]:
@@ -215,7 +224,7 @@ class LocalExecutor:
             raise GradingSetupError(
                 f"--memory-limit {run.memory_mb} MB is below what a kernel needs to start here: the imports "
                 f"alone map {info.vm_mb} MB of address space; use at least {floor} MB")
-        check_isolation(info.isolation, run.require_isolation, log)
+        check_isolation({**info.isolation, "permissions": run.permissions}, run.require_isolation, log)
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
         run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir)
         hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck

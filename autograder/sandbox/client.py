@@ -246,6 +246,7 @@ def base_policy(run: RunConfig) -> policy.Policy:
         write_dirs=["/dev/shm"],
         memory_mb=run.memory_mb,
         cpu_seconds=int(run.notebook_timeout * 2 + 60),
+        passable_below=run.work_dir,
     )
 
 

@@ -16,15 +16,24 @@ A task's kernel and its recheck each get, in the child the zygote forked and bef
   process left in it, daemons included. Needs the scratch layer's mount namespace (for ``/proc``).
 - ``user``: student code runs as ``nobody`` (a uid that owns no file), no supplementary groups, no capability: the
   task's own folders and files (the policy's ``own_paths``, decided by the grader) are handed to it first, and
-  everything else on the machine is closed to it by its ordinary permissions too, not by Landlock alone. Needs root;
-  a grader started as an ordinary user runs student code as that user (in a user namespace, under Landlock).
+  everything else on the machine is closed to it by its ordinary permissions too, not by Landlock alone (what the
+  grader keeps from it, :mod:`autograder.sandbox.closure`). Needs root (``CAP_SETUID``/``CAP_SETGID``, which root in
+  a container keeps): with the scratch layer's mount namespace, folders closed above what it must read are covered
+  (:func:`reveal`); without one (a container whose seccomp profile refuses ``unshare``), the uid changes all the same
+  and what it must read has to be readable where it is (the probe checks Python, its packages and labutils). A grader
+  started as an ordinary user runs student code as that user (in a user namespace, under Landlock).
+- ``landlock`` and ``rlimits``: :mod:`autograder.sandbox.policy`'s; probed here with the rest.
 
 Why here and not bubblewrap or nsjail: both start a new process with ``exec``, and the zygote's reason to exist is a
 fork that already has torch, labutils and the data loaded (seconds per notebook). The same system calls they make
 (``unshare``, ``mount``, cgroup files, a seccomp filter) are made here, in the fork.
 
-:func:`probe` says which layers this machine allows; the grader prints what it could not apply and what that exposes,
-and ``--require-isolation`` refuses to grade without all of them.
+:func:`probe` says which layers hold on this machine, each entered in a throwaway child and then *observed* there as
+student code would see it (its cgroup, its mount namespace and tmpfs, a refused UDP socket, PID 1, its uid and
+capabilities, a file Landlock must refuse): a layer whose call succeeded but whose effect is not seen is reported
+missing. The grader names only the layers observed, says what each missing one exposes, refuses to grade when what is
+left cannot keep the hidden tests and the results out of reach (:func:`autograder.sandbox.closure.unprotected`), and
+``--require-isolation`` refuses without all of them.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import errno
 import os
 import pwd
 import signal
+import sys
 from pathlib import Path
 
 from autograder.process import fork_child
@@ -46,6 +56,9 @@ LAYERS = {  # layer -> what a student could do without it
     "pid": "student code can list every process on the machine and read their command lines (the grader's among "
            "them), and a daemon it starts outlives the task wherever the cgroup layer is missing",
     "user": "student code runs as the grader's own user: only Landlock keeps it out of that user's files",
+    "landlock": "student code may read and write whatever its uid may: only the user layer's plain permissions keep "
+                "it from the grader's files, and it can connect to any TCP port and signal its uid's processes",
+    "rlimits": "a memory blow-up or a disk filler is stopped only by the cgroup and scratch layers",
 }
 STUDENT_USER = "nobody"  # owns no file (Debian policy); fallback 65534 where the name is missing
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -53,8 +66,9 @@ CGROUP_PARENT = "looplab-tasks"
 PIDS_MAX = 512  # threads count: an ipykernel has ~10, torch and a DataLoader some more
 SCRATCH_MB = 1024
 # Applied inside the scratch layer's mount namespace: the PID namespace mounts its /proc there (an ordinary user's is
-# made in its user namespace), and the uid change needs the folders that namespace shows it.
-NEEDS_SCRATCH = ("pid", "user")
+# made in its user namespace). The user layer uses it where it exists (to reveal what it must read), not otherwise.
+NEEDS_SCRATCH = ("pid",)
+POLICY_LAYERS = ("landlock", "rlimits")  # applied by policy.confine, after enter()
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
@@ -351,61 +365,173 @@ def _with_its_scratch(layer: str, layers: list[str]) -> bool:
 
 def enter(layers: list[str], name: str, memory_mb: int | None, binds: list[str], overlay: str | None,
           scratch_mb: int = SCRATCH_MB, pids_max: int = PIDS_MAX, own_paths: list[str] = (),
-          read_paths: list[str] = ()) -> None:
+          read_paths: list[str] = (), passable_below: str | None = None) -> None:
     """Apply ``layers`` (those :func:`probe` found possible) to this process and everything it will start. For the
     ``user`` layer: ``own_paths``, the task's own folders and files, are handed to the student's uid, and
-    ``read_paths`` (what the sandbox policy lets it read) made reachable for it. The uid changes last: everything
-    before it needs root. (It also clears the parent-death signal: set it again.)"""
-    owner = student_ids() if _with_its_scratch("user", layers) else None
+    ``read_paths`` (what the sandbox policy lets it read) made reachable for it: by :func:`reveal` in the scratch
+    layer's mount namespace; without one, the folders between ``passable_below`` (the run's work folder) and its own
+    paths are opened for passing through (:func:`open_ancestors`). The uid changes last: everything before it needs
+    root. (It also clears the parent-death signal: set it again.)"""
+    owner = student_ids() if "user" in layers else None
     own = [*own_paths, *binds, *([overlay] if overlay else [])]
     if "cgroup" in layers:
         join_cgroup(name, memory_mb, pids_max)
     if owner is not None:
         hand_over(own, owner)
+        if "scratch" not in layers and passable_below:
+            open_ancestors(own, passable_below)
     if "scratch" in layers:
         private_scratch(binds, overlay, scratch_mb, owner)
-    if owner is not None:
-        reveal([*read_paths, *own], owner)
-    if "pid" in layers:
-        own_pids(mount_proc="scratch" in layers)
+        if owner is not None:
+            reveal([*read_paths, *own], owner)
+    if _with_its_scratch("pid", layers):
+        own_pids(mount_proc=True)
     if "network" in layers:
         no_network()
     if owner is not None:
         become(owner)
 
 
-def probe() -> dict[str, str]:
-    """layer -> "" when this machine allows it, else why not (each tried in a throwaway child)."""
-    found = {}
-    for layer in LAYERS:
-        read, write = os.pipe()
+def open_ancestors(paths: list[str], top: str) -> None:
+    """Let every user pass through (search, never list) the folders strictly between ``top`` and each of ``paths``:
+    without a mount namespace there is no other way for the student's uid to reach its own folders, and what the
+    grader keeps in those folders is closed by its own mode (the grader's umask, :mod:`autograder.sandbox.closure`)."""
+    top_path = Path(top)
+    for path in paths:
+        for folder in Path(path).parents:
+            if folder == top_path or not folder.is_relative_to(top_path):
+                break
+            mode = os.stat(folder).st_mode
+            if not mode & 0o001:
+                os.chmod(folder, (mode & 0o7777) | 0o001)
 
-        def attempt() -> None:  # runs at once, in the child: this turn of the loop's layer and pipe
-            os.close(read)
-            reason = ""
-            try:
-                layers = ["scratch", layer] if layer in NEEDS_SCRATCH else [layer]
-                enter(layers, f"probe-{os.getpid()}", 64, [], None, scratch_mb=1)
-            except BaseException as exc:
-                reason = str(exc) or type(exc).__name__
-            os.write(write, reason.encode()[:500])
 
-        pid = fork_child(attempt)
-        os.close(write)
-        with os.fdopen(read, "rb") as f:
-            reason = f.read().decode(errors="replace")
+# --- verified, as student code sees it -----------------------------------------------------------------------------
+
+
+def reachable(owner: tuple[int, int]) -> str:
+    """Run as ``owner``: "" when the Python this process runs, its standard library, its packages and labutils can be
+    read here; else the first that cannot and the closed folder above it."""
+    import sysconfig
+
+    from autograder.layout import REPO_ROOT
+
+    needed = [os.path.realpath(sys.executable), os.path.dirname(os.__file__), sysconfig.get_paths()["purelib"],
+              str(REPO_ROOT / "labutils" / "__init__.py")]
+    for path in needed:
+        if not os.access(path, os.R_OK):
+            return (f"{path} cannot be read by uid {owner[0]}"
+                    + ("" if not os.path.exists(path) else f" (a folder above it is closed to other users): install "
+                       "Python, the venv and the lab where every user may read them, or allow the mount namespace"))
+    return ""
+
+
+def _observe(layer: str, layers: list[str], name: str, outside_ns: int, sentinel: str) -> str:
+    """In the probe's child, once ``layers`` were entered for ``layer``: "" when its effect is seen from inside, else
+    what was seen."""
+    if layer == "cgroup":
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        joined = [c for c in CONTROLLERS if any(c in l.split(":")[1].split(",") and l.endswith(f"/{CGROUP_PARENT}/{name}")
+                                                for l in lines)]
+        return "" if len(joined) == len(CONTROLLERS) else f"/proc/self/cgroup shows it in {joined} of {CONTROLLERS}"
+    if layer == "scratch":
+        shm = os.statvfs("/dev/shm")
+        if os.stat("/proc/self/ns/mnt").st_ino == outside_ns or shm.f_blocks * shm.f_frsize > 8 << 20:
+            return "its mount namespace or /dev/shm is the grader's"
+        return ""
+    if layer == "network":
+        import socket
+
         try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass  # reaped already (the zygote ignores SIGCHLD)
-        found[layer] = reason
-    for layer in NEEDS_SCRATCH:
-        if found["scratch"] and not found[layer]:
-            found[layer] = "it needs the scratch layer's mount namespace"
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+            return "a UDP socket was opened"
+        except PermissionError:
+            return ""
+    if layer == "pid":
+        return "" if os.getpid() == 1 else f"it is PID {os.getpid()}, not 1 of its own namespace"
+    if layer == "user":
+        uid, gid = student_ids()
+        cap = next(l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff"))
+        if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or os.getgroups() or int(cap, 16) or uid == 0:
+            return f"it runs as uid {os.getresuid()}, gid {os.getresgid()}, groups {os.getgroups()}, capabilities {cap}"
+        return "" if "scratch" in layers else reachable((uid, gid))  # with it, kernels get what they read revealed
+    if layer == "landlock":
+        from autograder.sandbox import policy
+
+        if not policy.apply_landlock(policy.Policy(read_dirs=policy.system_read_dirs())):
+            return "this kernel, or the container's seccomp profile, refuses Landlock's system calls"
+        for flags in (os.O_RDONLY, os.O_WRONLY | os.O_APPEND):
+            try:
+                os.close(os.open(sentinel, flags))
+                return f"a file outside its rules ({sentinel}) could be opened"
+            except PermissionError:
+                pass
+        return ""
+    if layer == "rlimits":
+        import resource
+
+        from autograder.sandbox import policy
+
+        policy.apply_limits(policy.Policy(memory_mb=256, cpu_seconds=60))
+        return "" if resource.getrlimit(resource.RLIMIT_AS) == (256 << 20,) * 2 else "the limits did not hold"
+    raise ValueError(f"no such layer: {layer}")
+
+
+def _layers_for(layer: str, found: dict[str, str]) -> list[str]:
+    """What the probe of ``layer`` enters: a layer the scratch layer holds up with it; the user layer with it where
+    the scratch layer holds (as kernels get it), alone where it does not."""
+    if layer in NEEDS_SCRATCH or (layer == "user" and not found.get("scratch")):
+        return ["scratch", layer]
+    return [] if layer in POLICY_LAYERS else [layer]
+
+
+def probe() -> dict[str, str]:
+    """layer -> "" when it holds on this machine, else why not: each entered in a throwaway child and observed there
+    (:func:`_observe`), in :data:`LAYERS`' order (the user layer's way depends on the scratch layer's finding)."""
+    import tempfile
+
+    found = {}
+    outside_ns = os.stat("/proc/self/ns/mnt").st_ino
+    handle, sentinel = tempfile.mkstemp(prefix="looplab-probe-")  # every user may read it: Landlock alone refuses it
+    os.close(handle)
+    os.chmod(sentinel, 0o644)
+    try:
+        for layer in LAYERS:
+            found[layer] = _probe_one(layer, _layers_for(layer, found), outside_ns, sentinel)
+    finally:
+        os.unlink(sentinel)
+    if found["scratch"] and not found["pid"]:
+        found["pid"] = "it needs the scratch layer's mount namespace"
     remove_empty_cgroups()
     return found
 
 
-def missing(found: dict[str, str]) -> list[str]:
-    """One line per layer :func:`probe` found impossible: why, and what that leaves open."""
-    return [f"{layer} not applied ({why}): {LAYERS[layer]}" for layer, why in found.items() if why]
+def _probe_one(layer: str, layers: list[str], outside_ns: int, sentinel: str) -> str:
+    read, write = os.pipe()
+
+    def attempt() -> None:  # runs at once, in the child
+        os.close(read)
+        try:
+            name = f"probe-{os.getpid()}"
+            enter(layers, name, 64, [], None, scratch_mb=1)
+            reason = _observe(layer, layers, name, outside_ns, sentinel)
+        except BaseException as exc:
+            reason = str(exc) or type(exc).__name__
+        os.write(write, reason.encode()[:500])
+
+    pid = fork_child(attempt)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        reason = f.read().decode(errors="replace")
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # reaped already (the zygote ignores SIGCHLD)
+    return reason
+
+
+def missing(found: dict[str, str], others: dict[str, str] | None = None) -> list[str]:
+    """One line per layer :func:`probe` (or a check of ``others``: layer -> what it leaves open) found impossible:
+    why, and what that leaves open."""
+    exposes = {**LAYERS, **(others or {})}
+    return [f"{layer} not applied ({why}): {exposes[layer]}" for layer, why in found.items() if why]

@@ -201,7 +201,8 @@ def _enter_child(req: KernelRequest | RecheckRequest, server: int, keep_fd: int 
                     [req.env[k] for k in ("HOME", "TMPDIR") if req.env.get(k)], req.cwd,
                     scratch_mb=req.policy.scratch_mb, pids_max=req.policy.pids_max, own_paths=req.policy.own_paths,
                     read_paths=[*req.policy.read_dirs, *req.policy.read_files, *req.policy.list_dirs,
-                                *req.policy.write_files, *req.policy.write_dirs])
+                                *req.policy.write_files, *req.policy.write_dirs],
+                    passable_below=req.policy.passable_below)
     # Again, as the change of uid cleared it. The parent may now be outside the task's PID namespace (the process
     # that waits for the task and dies with the server): whether it is gone, the server's pidfd says.
     policy.die_with_parent_watching(server_fd)

@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -180,15 +181,12 @@ def test_an_honest_submission_grades_in_the_default_container_as_grade_does(cont
 
 # --- a container that refuses namespaces and Landlock (issue 42) ---------------------------------------------------------
 
-REFUSE = Path(__file__).parent / "autograder_cases" / "refuse.py"
-
 # What the finding's submission did from inside its kernel, beside a correct add; each attempt says "done" (what it
-# read, for the hidden test) or why it failed, in a report left in /dev/shm (the grader's own where there is no mount
+# read, for the hidden test) or why it failed, in a report left in /dev/shm (the machine's own where there is no mount
 # namespace: a channel out, as the finding's visible check message was).
 ATTACK = """\
 import json, os, sysconfig
-root = {root!r}
-source = root + "/source/loop-lab/solutions/loop_lab/{notebook}.ipynb"
+source = "/autograder/source/loop-lab/solutions/loop_lab/{notebook}.ipynb"
 report = {{}}
 def attempt(name, action):
     try:
@@ -200,78 +198,71 @@ def publish_hidden():
     open(source, "w").write(text.replace("### BEGIN HIDDEN TESTS", "### BEGIN TESTS"))
 attempt("read a hidden test", lambda: "done: " + open(source).read())
 attempt("rewrite the hidden marker", publish_hidden)
-attempt("change the grader", lambda: open(root + "/source/loop-lab/autograder/gradescope.py", "a").write("# owned"))
+attempt("change the grader", lambda: open("/autograder/source/loop-lab/autograder/gradescope.py", "a").write("# x"))
 attempt("write a .pth into the venv", lambda: open(os.path.join(sysconfig.get_paths()["purelib"],
                                                                  {pth!r}), "w").write("# owned"))
-attempt("write the results", lambda: open(root + "/results/forged.json", "w").write("{{}}"))
+attempt("write the results", lambda: open("/autograder/results/forged.json", "w").write("{{}}"))
 with open({report!r}, "w") as f:
     json.dump(report, f)
 """
 
-
-def _passable_copy(tree: Path) -> Path:
-    """``tree`` copied where another uid may pass (pytest's own tmp folder is root's alone), as /autograder is."""
-    import shutil
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="looplab-gradescope-root-"))
-    os.chmod(folder, 0o711)
-    shutil.copytree(tree, folder / "autograder", symlinks=True)
-    return folder / "autograder"
+# In the container, before run_autograder: Python and the data cache readable by every user, as a container's are
+# (this machine's live under /root, mode 0700), then the seccomp filter of Docker's default profile before 2022 on a
+# kernel without Landlock (tests/autograder_cases/refuse.py).
+WITHOUT_NAMESPACES_OR_LANDLOCK = """\
+from autograder.sandbox import isolation
+from autograder_cases import refuse
+isolation.reveal({reveal!r}, isolation.student_ids())
+refuse.install(namespaces=True, landlock=True)
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0, reason="the container emulation needs root (a seccomp filter, the uid change)")
-def test_a_correct_submission_that_attacks_from_a_container_without_namespaces_or_landlock(unpacked):
-    """Issue 42: run_autograder where namespaces, mount and Landlock are refused (a seccomp filter around it, as
-    Docker's default profile did before 2022 on a kernel without Landlock). The submission is correct, and it reads
-    the hidden tests, rewrites their marker, edits the grader, writes a .pth into the venv and forges results: either
-    every attempt is refused (student code runs as an unprivileged uid; the grader's files are closed to it by plain
-    permissions) and it is graded as any correct one, or the run refuses to grade and says why."""
-    import shutil
-    import sysconfig
+def test_a_correct_submission_that_attacks_from_a_container_without_namespaces_or_landlock(container):
+    """Issue 42: run_autograder in the container where namespaces, mount and Landlock are refused. The submission is
+    correct, and it reads the hidden tests, rewrites their marker, edits the grader, writes a .pth into the venv and
+    forges results: either every attempt is refused (student code runs as an unprivileged uid; the grader's files
+    are closed to it by plain permissions) and it is graded as any correct one, or the run refuses to grade and says
+    why."""
     import uuid
 
     import nbformat
     from labutils.data_files import cache_dir
 
-    root = _passable_copy(unpacked["root"])
+    root = container["root"]
     nonce = uuid.uuid4().hex[:8]
     planted = Path(sysconfig.get_paths()["purelib"]) / f"zz-looplab-attack-{nonce}.pth"
     report_file = Path(f"/dev/shm/looplab-attack-{nonce}.json")
     source_nb = root / "source" / "loop-lab" / "solutions" / "loop_lab" / f"{toy.NOTEBOOK}.ipynb"
     grader = root / "source" / "loop-lab" / "autograder" / "gradescope.py"
     before = {p: p.read_bytes() for p in (source_nb, grader)}
+    attack = ATTACK.format(pth=planted.name, notebook=toy.NOTEBOOK, report=str(report_file))
+    shutil.rmtree(root / "submission", ignore_errors=True)
+    (root / "submission").mkdir()
+    nbformat.write(toy.notebook(toy.CORRECT, "Because.", before=(attack,)), root / "submission" /
+                   f"{toy.NOTEBOOK}.ipynb")
+    reveal = [str(Path(sys.base_prefix).resolve()), str(cache_dir())]
     try:
-        for folder in ("submission", "results"):  # the other tests' runs left theirs
-            shutil.rmtree(root / folder, ignore_errors=True)
-            (root / folder).mkdir()
-        attack = ATTACK.format(root=str(root), pth=planted.name, notebook=toy.NOTEBOOK, report=str(report_file))
-        nbformat.write(toy.notebook(toy.CORRECT, "Because.", before=(attack,)),
-                       root / "submission" / f"{toy.NOTEBOOK}.ipynb")
-        env = dict(os.environ, GRADESCOPE_ROOT=str(root), LOOPLAB_PYTHON=sys.executable,
-                   LOOPLAB_GRADER_CACHE=str(root.parent / "grader-cache"))
-        reveal = [str(Path(sys.base_prefix).resolve()), str(cache_dir())]  # a container's Python: readable by all
-        proc = subprocess.run([sys.executable, REFUSE, "--namespaces", "--landlock", *reveal, "--", "bash",
-                               root / "source" / "run_autograder"], env=env, capture_output=True, text=True,
-                              timeout=600)
-        results = json.loads((root / "results" / "results.json").read_text())
-        validate(results)
+        run = gradescope_container.run_autograder(
+            root, env={"LOOPLAB_PYTHON": sys.executable, "LOOPLAB_GRADER_CACHE": "/tmp/grader-cache"},
+            before_exec=WITHOUT_NAMESPACES_OR_LANDLOCK.format(reveal=reveal))
         changed = [p.name for p, data in before.items() if p.read_bytes() != data]
         planted_pth, forged = planted.exists(), (root / "results" / "forged.json").exists()
         report = json.loads(report_file.read_text()) if report_file.exists() else None
     finally:
         planted.unlink(missing_ok=True)  # a regression's litter in this checkout's venv goes with it
         report_file.unlink(missing_ok=True)
-        shutil.rmtree(root.parent, ignore_errors=True)
+        for path, data in before.items():
+            path.write_bytes(data)  # the module's container serves the other tests
+    results = valid_results(run.results)
     assert not changed and not planted_pth and not forged, (changed, planted_pth, forged, report)
-    if proc.returncode != 0:  # refused: the reason, for the instructor, in results.json too
+    if run.returncode != 0:  # refused: the reason, for the instructor, in results.json too
         assert results["score"] == 0 and "refused to grade" in results["output"], results
         assert "what to change" in results["output"] and results["tests"] == [], results
         return
     assert report == dict.fromkeys(["read a hidden test", "rewrite the hidden marker", "change the grader",
                                     "write a .pth into the venv", "write the results"], "Permission denied")
     check_results(results, toy.CORRECT, {"test_add": 1, "test_add_hidden": 2})
-    confined = next(line for line in proc.stdout.splitlines() if "student code confined" in line)
+    confined = next(line for line in run.stdout.splitlines() if "student code confined" in line)
     assert "Landlock" not in confined and "scratch" not in confined  # refused here: never claimed
     assert "user, permissions" in confined and "uid 65534" in confined, confined

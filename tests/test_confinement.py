@@ -459,3 +459,27 @@ def test_the_banner_names_only_what_was_observed(refuse, reveal):
     listed = said["banner"].split("student code confined: ", 1)[1].split(" (", 1)[0].split(", ")
     assert set(listed) == expected, said["banner"]
     assert said["banner"].count("WARNING") == 7 - len(expected - {"permissions"}), said["banner"]
+
+
+def test_what_holds_decides_whether_to_grade():
+    """Issue 42: the hidden tests and the results are out of reach when student code is another uid that the grader's
+    files are closed to, or when Landlock holds and student code is not root; anything else is refused, naming the
+    missing layer and what to change."""
+    from autograder.sandbox.closure import unprotected
+
+    every = {layer: "" for layer in [*isolation.LAYERS, "permissions"]}
+    no = "refused by the container"
+    assert unprotected(every, 0) is None
+    assert unprotected({**every, "landlock": no, "scratch": no, "pid": no}, 0) is None  # uid and permissions
+    assert unprotected({**every, "permissions": no}, 0) is None  # uid 65534 under Landlock
+    for found, euid, names in [
+        ({**every, "user": no}, 0, ["would run as root", "user layer is missing (refused by the container)"]),
+        ({**every, "user": no, "landlock": no}, 0, ["would run as root", "CAP_SETUID"]),
+        ({**every, "permissions": no, "landlock": no}, 0, ["not closed", "Landlock is missing"]),
+        ({**every, "user": no, "permissions": no, "landlock": no}, 1000, ["Landlock is missing", "uid 1000",
+                                                                          "landlock_create_ruleset"]),
+    ]:
+        said = unprotected(found, euid)
+        assert said.startswith("refused to grade: ") and "what to change" in said and "\n" not in said, said
+        assert all(name in said for name in names), said
+    assert unprotected({**every, "user": no, "permissions": no}, 1000) is None  # an ordinary user's, under Landlock

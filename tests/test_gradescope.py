@@ -127,6 +127,22 @@ def test_a_submission_that_cannot_be_graded_still_gets_results(tmp_path, monkeyp
     assert results["tests"] == [] and "could not grade this submission" in results["output"]
 
 
+def test_a_container_that_cannot_keep_the_hidden_tests_out_refuses_with_a_score_and_the_reason(tmp_path,
+                                                                                                 monkeypatch):
+    """Issue 42: when the grader refuses (student code would stay root, nothing keeps the hidden tests out of reach),
+    Gradescope gets results.json with a score of 0 and the grader's line, shown, and run_autograder exits 1."""
+    from autograder.run.pool import GradingSetupError
+
+    layout = gradescope.GradescopeLayout(tmp_path)
+    toy.write_student(tmp_path, "submission")  # an ordinary upload: the container is the problem
+    why = "refused to grade: student code would run as root, as the grader does: the user layer is missing (x)"
+    monkeypatch.setattr(gradescope, "grade", lambda *a, **k: (_ for _ in ()).throw(GradingSetupError(why)))
+    assert gradescope.run(layout, toy.write_source(tmp_path / "src")) == 1
+    results = valid_results(json.loads(layout.results.read_text()))
+    assert results["score"] == 0 and results["tests"] == [] and results["visibility"] == "visible"
+    assert results["output"] == f"The autograder {why}"
+
+
 # --- the container, emulated: /autograder in a mount namespace of its own, 768 MB and half a CPU ----------------------
 
 

@@ -231,12 +231,13 @@ def check_evaluate(fn) -> CheckReport:
         view = _run_evaluate(fn)
     report.trace = view.run.events
     judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
-    if report.passed:  # the device it must honour, at its second value: a hard-coded device shows here
-        varied = exercises.get("evaluate").varied()
-        with isolated():
-            view = _run_evaluate(fn, varied["device"])
-        with as_given(report, varied):
-            judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
+    # the device it must honour, at its second value, whatever the first run showed: a hard-coded device shows
+    # here, and every call is judged (a second call that does nothing earns nothing)
+    varied = exercises.get("evaluate").varied()
+    with isolated():
+        view = _run_evaluate(fn, varied["device"])
+    with as_given(report, varied):
+        judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
         with isolated():
             report.failures += on_gpu.evaluate_failures(fn)

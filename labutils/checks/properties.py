@@ -117,35 +117,16 @@ def judge(exercise_id: str, property_id: str, report: CheckReport) -> Verdict:
     unseen = [c for c in judged_by if not report.passed_on_evidence(c)]
     if unseen or not judged_by:
         return _not_judged(exercise, prop, report, unseen)
-    absent = _absent_needs(exercise, prop, report)
-    if absent:
-        return _not_judged(exercise, prop, report, [], absent)
     return _verdict(exercise, prop, True, f"✓ {exercise.grade_id(prop.id)}: {prop.title}.")
-
-
-def _absent_needs(exercise, prop, report: CheckReport) -> list:
-    """The properties this one needs (the registry's ``needs``) of which the run showed nothing at all: a property
-    earns only on the work those describe being done (train mode is evidence only of a loop that steps). One whose
-    mistake was observed does not hold it back: a mistake costs its own property."""
-    return [n for n in exercises.needs(exercise.id, prop.id) if not judge(exercise.id, n, report).judged]
 
 
 def _verdict(exercise, prop, passed: bool, message: str, **data) -> Verdict:
     return verdict_of(exercise.id, prop.id, passed, message, **data)
 
 
-def _not_judged(exercise, prop, report: CheckReport, unseen: list[str], absent=()) -> Verdict:
-    """Why a property earns nothing yet: what its checks could not observe (or the needed properties ``absent`` from
-    the run), and which graded tests to fix first (from the report's ``blocked``, else the registry's declared
-    dependencies that failed)."""
-    if absent:
-        needed = [judge(exercise.id, n, report) for n in absent]
-        unseen = list(dict.fromkeys(c for v in needed for c in v.causes))
-        return _verdict(exercise, prop, False, f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: it is "
-                        f"judged on a run that shows {', '.join(v.grade_id for v in needed)} too, and the check saw "
-                        f"nothing of that ({'; '.join(v.message.partition('yet: ')[2].rstrip('.') for v in needed)}"
-                        f"). Fix {', '.join(v.grade_id for v in needed)} first; then this is checked too.",
-                        judged=False, blocked_by=[v.grade_id for v in needed], causes=unseen)
+def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> Verdict:
+    """Why a property earns nothing yet: what its checks could not observe, and which graded tests to fix first (from
+    the report's ``blocked``, else the registry's declared dependencies that failed)."""
     reasons = [f"{c}: {report.unjudged.get(c, 'nothing it needs was observed')}" for c in unseen] or \
         ["the check observed nothing this property needs"]
     roots = [r for c in unseen for r in report.blocked.get(c, ())]

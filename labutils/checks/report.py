@@ -65,6 +65,7 @@ class CheckReport:
     unjudged: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, list[str]] = field(default_factory=dict)
     broken: str | None = None  # the check failed inside itself (a bug of the check): what it could not do, and why
+    later: dict | None = field(default=None, repr=False, compare=False)  # inside later_run: what it did not show
 
     @property
     def passed(self) -> bool:
@@ -74,10 +75,13 @@ class CheckReport:
         """Record one check's outcome: its failures, [] when it saw evidence and found it right, or a
         :class:`NotJudged` reason. True when it passed on evidence."""
         if isinstance(failures, str) or failures is None:
-            if check not in self.judged:  # evidence from an earlier run of the same check still stands
-                self.unjudged.setdefault(check, failures or "nothing it needs was observed")
-                if getattr(failures, "needs", ()):
-                    self.blocked.setdefault(check, list(failures.needs))
+            if check in self.judged:  # an earlier run's evidence, and a later run shows nothing of it: later_run
+                if self.later is not None:  # decides once the later run is over
+                    self.later.setdefault(check, failures or "nothing it needs was observed")
+                return False
+            self.unjudged.setdefault(check, failures or "nothing it needs was observed")
+            if getattr(failures, "needs", ()):
+                self.blocked.setdefault(check, list(failures.needs))
             return False
         if failures:
             self.failures += failures
@@ -128,7 +132,8 @@ def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
         behind = list(dict.fromkeys(r for d in deps if d in roots for r in roots[d]))
         if behind:
             roots[name] = behind
-            report.skipped.append(name)
+            if name not in report.skipped:  # a second run (the varied arguments) skips it again
+                report.skipped.append(name)
             report.judge(name, NotJudged(f"needs {', '.join(behind)} right first", needs=behind))
             continue
         if not report.judge(name, fn(ctx)) and not report.passed_on_evidence(name):
@@ -158,10 +163,34 @@ def given(values: dict) -> str:
 
 
 @contextlib.contextmanager
-def as_given(report: CheckReport, values: dict):
-    """The failures ``report`` gains inside are said as of the run with these argument ``values`` (the second run
-    every check makes with the registry's varied arguments); yields the words they begin with."""
-    before, words = len(report.failures), given(values)
-    yield words
+def later_run(report: CheckReport, words: str = ""):
+    """A later run of the same check (the varied arguments, another size): what ``report`` gains inside begins with
+    ``words``, and a mistake the report already holds (the same id) is not said again: one mistake, said once."""
+    before, seen = len(report.failures), set(report.unjudged)
+    known = {f.check for f in report.failures}
+    outer, report.later = report.later, {}
+    try:
+        yield
+    finally:
+        missing, report.later = report.later, outer
+    # every call's evidence is judged: a later run that shows nothing of what an earlier one passed on takes that
+    # pass back (a function that works once, then does nothing), unless it repeated a mistake already found, which
+    # is what hid the evidence (a window of the wrong size has no clean step to judge the gradient on)
+    if not any(f.check in known for f in report.failures[before:]):
+        for check, why in missing.items():
+            report.unjudged.setdefault(check, why)
+    report.failures[before:] = [f for f in report.failures[before:] if f.check not in known]
     for failure in report.failures[before:]:
         failure.message = words + failure.message
+    for check in set(report.unjudged) - seen:
+        report.unjudged[check] = words + report.unjudged[check]
+
+
+@contextlib.contextmanager
+def as_given(report: CheckReport, values: dict):
+    """The outcomes ``report`` gains inside are said as of the run with these argument ``values`` (the second run
+    every check makes with the registry's varied arguments, whatever the first showed): :func:`later_run`; yields the
+    words they begin with."""
+    words = given(values)
+    with later_run(report, words):
+        yield words

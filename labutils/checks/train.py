@@ -79,10 +79,11 @@ def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
         view = _run_train(fn, _train_case(exercise))
         report.trace = view.events
         _analyse_train(report, fn, view, applicable)
-        if report.passed:  # the arguments it must honour, at their second values: its own numbers would show here
-            case = _train_case(exercise, which=1)
-            with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
-                _analyse_train(report, fn, _run_train(fn, case), applicable)
+        # the arguments it must honour, at their second values, whatever the first run showed: its own numbers would
+        # show here, and every call is judged (a second call that does nothing earns nothing)
+        case = _train_case(exercise, which=1)
+        with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
+            _analyse_train(report, fn, _run_train(fn, case), applicable)
         if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
             report.failures += on_gpu.train_failures(fn, exercise)
         if exercise == "accumulation":  # the gradient's scale is the loss_divided property's evidence

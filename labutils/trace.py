@@ -32,6 +32,7 @@ import importlib
 import inspect
 import os
 import sys
+import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,55 @@ import torch
 import torch.nn.utils.clip_grad as clip_grad_module
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+# What a tensor is, read through the C type's own descriptors: a student who patches torch.is_grad_enabled,
+# torch.is_autocast_enabled or torch.Tensor.requires_grad for the length of a call changes nothing read here
+# (a built-in type's attributes cannot be replaced).
+_TENSOR = torch._C.TensorBase.__dict__
+_REQUIRES_GRAD, _DTYPE, _IS_INFERENCE = _TENSOR["requires_grad"], _TENSOR["dtype"], _TENSOR["is_inference"]
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
+def _tensor_facts(t) -> tuple[bool, bool, torch.dtype]:
+    """(requires grad, is an inference tensor, dtype) of ``t``, as the tensor itself holds them."""
+    return bool(_REQUIRES_GRAD.__get__(t)), bool(_IS_INFERENCE(t)), _DTYPE.__get__(t)
+
+
+def _own(module) -> dict:
+    return object.__getattribute__(module, "__dict__")
+
+
+def modes(model) -> bool | None:
+    """True when every module of ``model`` is in train mode, False when every one is in eval mode, None when they
+    differ: each module's own ``training`` as ``Module.train()`` set it (the top module's flag alone, set by hand,
+    leaves Dropout and BatchNorm as they were), walked through ``_modules`` itself."""
+    seen, stack = set(), [model]
+    while stack:
+        state = _own(stack.pop())
+        seen.add(bool(state.get("training", True)))
+        stack += [m for m in state.get("_modules", {}).values() if m is not None]
+    return seen.pop() if len(seen) == 1 else None
+
+
+def mode_words(training) -> str:
+    return {True: "train mode", False: "eval mode"}.get(training, "mixed modes")
+
+
+def _fingerprint(code) -> tuple:
+    """What a code object computes, whatever its name, file or line: a copy made with ``code.replace(co_name=...)``
+    or pasted from the same source has the same instructions and names."""
+    return code.co_code, code.co_names
+
+
+def _stub_code(name: str, freevars: tuple) -> types.CodeType:
+    """Code that raises ``ReferenceCalled(name)`` whatever it is called with, with the free variables ``freevars`` (a
+    function's ``__code__`` is replaced only by code with as many): every alias of the function runs it."""
+    lines = ["def _outer():", *(f"    {v} = None" for v in freevars), "    def _stub(*args, **kwargs):",
+             *([f"        ({', '.join(freevars)},)"] if freevars else []),
+             f"        raise __import__('labutils.trace', fromlist=['x']).ReferenceCalled({name!r})", "    return _stub"]
+    namespace: dict = {}
+    exec(compile("\n".join(lines), "<forbidden>", "exec"), namespace)  # noqa: S102 (our own text)
+    return namespace["_outer"]().__code__
 
 
 class TooManyEvents(BaseException):
@@ -77,7 +127,7 @@ class Event:
             kept = f", {i['graphs']} earlier graphs still alive" if i.get("graphs", 0) > 1 else ""
             grad = "grad on" if i["grad"] else ("inference_mode" if i["inference"] else "no_grad")
             amp = f", autocast {_DTYPE_NAMES.get(i['autocast'], i['autocast'])}" if i["autocast"] else ""
-            return f"forward {where}  ({'train' if i['training'] else 'eval'} mode, {grad}{amp}{kept})"
+            return f"forward {where}  ({mode_words(i['training'])}, {grad}{amp}{kept})"
         if kind == "backward" and not i.get("into_grad", True):
             return "gradients computed (torch.autograd.grad: .grad left to the loop)"
         if kind == "backward":
@@ -160,6 +210,19 @@ class _Graph:
     that forward's graph (a loss tensor kept in a sum or a list), gone once the graph is freed."""
 
 
+def _layers(model) -> list:
+    """The modules of ``model`` that hold a weight matrix or kernel of their own (conv, linear: the layers autocast
+    runs in its reduced dtype; norm layers stay in float32 under it)."""
+    found, stack = [], [model]
+    while stack:
+        module = stack.pop()
+        state = _own(module)
+        if any(p is not None and p.ndim >= 2 for p in state.get("_parameters", {}).values()):
+            found.append(module)
+        stack += [m for m in state.get("_modules", {}).values() if m is not None]
+    return found
+
+
 class Tracer:
     """Context manager that records an ordered list of :class:`Event` while a loop runs on the objects given.
 
@@ -188,6 +251,9 @@ class Tracer:
         self._unread = False  # gradients were computed since _raw was last read
         self._in_scaler_step = False
         self._codes: dict = {}  # code object -> name of a forbidden function
+        self._prints: dict = {}  # _fingerprint of its code -> its name
+        self._forward: Event | None = None  # the forward being recorded (its layers' outputs say how it ran)
+        self._layers: list = []  # (requires grad, inference, autocast dtype) of each of its layers' outputs
         self._graphs: list = []  # a weak reference per training forward's graph (_Graph)
 
     # --- recording ---------------------------------------------------------------------------------------------------
@@ -202,12 +268,13 @@ class Tracer:
         return event
 
     def _check_forbidden(self) -> None:
-        """Walk up the stack: is the lab's reference implementation doing this work (however it was imported)?"""
+        """Walk up the stack: is the lab's reference implementation doing this work (however it was imported, or its
+        code object copied under another name)?"""
         if not self._codes:
             return
         frame = sys._getframe(2)
         while frame is not None:
-            name = self._codes.get(frame.f_code)
+            name = self._codes.get(frame.f_code) or self._prints.get(_fingerprint(frame.f_code))
             if name is not None:
                 self.record("reference", {"name": name})
                 raise ReferenceCalled(name)
@@ -216,16 +283,37 @@ class Tracer:
     # --- model -------------------------------------------------------------------------------------------------------
 
     def _on_forward(self, module, args):
+        """A forward begins: its mode is every module's own (:func:`modes`); whether autograd, inference mode and
+        autocast were on is read from what its layers' outputs are (:meth:`_on_layer`), never from a query."""
         self._check_forbidden()
         x = args[0] if args else None
-        device_type = x.device.type if isinstance(x, torch.Tensor) else "cpu"
-        autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-        self.record("forward", {"training": module.training, "grad": torch.is_grad_enabled(),
-                                "inference": torch.is_inference_mode_enabled(), "autocast": autocast,
-                                "n": len(x) if isinstance(x, torch.Tensor) and x.ndim else 0,
-                                "graphs": sum(ref() is not None for ref in self._graphs)}, {"x": x})
+        self._forward = self.record("forward", {"training": modes(module), "grad": None, "inference": None,
+                                                "autocast": None, "n": len(x) if isinstance(x, torch.Tensor) and
+                                                x.ndim else 0,
+                                                "graphs": sum(ref() is not None for ref in self._graphs)}, {"x": x})
+        self._layers = []
+
+    def _on_layer(self, module, args, output) -> None:
+        """A layer with parameters (conv, linear) of the forward being recorded produced ``output``: under autograd
+        it requires grad, under inference_mode it is an inference tensor, under autocast its dtype is the reduced
+        one while the layer's weights stay float32 (a model cast to bfloat16 is not autocast)."""
+        if self._forward is None or not isinstance(output, torch.Tensor):
+            return
+        weights = [p for p in _own(module).get("_parameters", {}).values() if p is not None]
+        grad, inference, dtype = _tensor_facts(output)
+        cast = dtype in _REDUCED and all(_DTYPE.__get__(w) == torch.float32 for w in weights)
+        self._layers.append((grad, inference, dtype if cast else None))
+        info = self._forward.info
+        info["grad"] = any(g for g, _, _ in self._layers)
+        info["inference"] = all(i for _, i, _ in self._layers)
+        casts = {c for _, _, c in self._layers}
+        info["autocast"] = casts.pop() if len(casts) == 1 else None
 
     def _after_forward(self, module, args, output):
+        forward, self._forward = self._forward, None
+        if forward is not None and not self._layers and isinstance(output, torch.Tensor):
+            grad, inference, _ = _tensor_facts(output)  # a model without parameters: its output is all there is
+            forward.info.update(grad=grad, inference=inference)
         forwards = [e for e in self.events[-1:] if e.kind == "forward"]
         if forwards and isinstance(output, torch.Tensor):
             if self.outputs:
@@ -452,7 +540,15 @@ class Tracer:
         if fn is None:
             return
         name = f"{module_name}.{attr}"
-        self._codes[getattr(inspect.unwrap(fn), "__code__", None)] = name
+        inner = inspect.unwrap(fn)
+        code = getattr(inner, "__code__", None)
+        self._codes[code] = name
+        if code is not None:
+            self._prints[_fingerprint(code)] = name
+            # the function object itself raises: an alias bound before the check (from m import f as g) is the same
+            # object, so calling it by any name stops here, with or without a hook firing inside it
+            inner.__code__ = _stub_code(name, code.co_freevars)
+            self._undo.append(lambda: setattr(inner, "__code__", code))
 
         def forbidden(*args, **kwargs):
             self.record("reference", {"name": name})
@@ -477,6 +573,8 @@ class Tracer:
         if model is not None:
             handles.append(model.register_forward_pre_hook(self._on_forward))
             handles.append(model.register_forward_hook(self._after_forward))
+            for layer in _layers(model):  # how each forward ran, from its layers' outputs
+                handles.append(layer.register_forward_hook(self._on_layer))
             for i, p in enumerate(self.params):
                 handles.append(p.register_hook(functools.partial(self._on_grad, i)))
                 handles.append(p.register_post_accumulate_grad_hook(functools.partial(self._after_accumulate, i)))

@@ -152,11 +152,68 @@ def test_tracer_puts_everything_back(tmp_path):
     assert before == (clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
     assert classes == [type(o) for o in (model, optimizer, scheduler, scaler)]
     assert labutils.reference.loop.train_one_epoch.__module__ == "labutils.reference.loop"
+    assert labutils.reference.loop.train_one_epoch.__code__.co_name == "train_one_epoch"  # its code given back
     assert not model._forward_pre_hooks and not optimizer._optimizer_step_pre_hooks
+    assert all(not m._forward_hooks for m in model.modules())
     assert not {"train", "zero_grad"} & set(vars(model)) and "zero_grad" not in vars(optimizer)
     assert not {"scale", "unscale_", "step", "update"} & set(vars(scaler))
     assert all(not p._backward_hooks and not getattr(p, "_post_accumulate_grad_hooks", None)
                for p in model.parameters())
+
+
+def test_how_a_forward_ran_is_read_from_the_modules_and_tensors_not_from_queries(monkeypatch):
+    """Every module's own mode, and autograd, inference mode and autocast from the layers' outputs: patching
+    torch.is_grad_enabled, torch.is_autocast_enabled or the top module's training flag changes nothing."""
+    from labutils.trace import modes
+
+    model, x = SmallCNN(channels=(2, 4), dropout=0.5), torch.randn(2, 1, 28, 28)
+    object.__setattr__(model, "training", False)  # the top module only: Dropout still drops
+    assert modes(model) is None and modes(model.eval()) is False and modes(model.train()) is True
+    with Tracer(model) as tracer:
+        with monkeypatch.context() as patched:  # what a student's function may do for the length of its call
+            patched.setattr(torch, "is_grad_enabled", lambda: False)
+            patched.setattr(torch, "is_autocast_enabled", lambda *a: True)
+            patched.setattr(torch, "is_inference_mode_enabled", lambda: True)
+            object.__setattr__(model, "training", False)
+            model(x)
+        with torch.no_grad():
+            model.eval()(x)
+        with torch.inference_mode():
+            model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x)
+        model.bfloat16()(x.bfloat16())  # a model cast to bfloat16 is not autocast
+    facts = [(e.info["training"], e.info["grad"], e.info["inference"], e.info["autocast"]) for e in tracer.events
+             if e.kind == "forward"]
+    assert facts == [(None, True, False, None), (False, False, False, None), (False, False, True, None),
+                     (False, True, False, torch.bfloat16), (False, True, False, None)]
+
+
+def test_a_forbidden_helper_is_caught_under_any_name_and_as_a_copy_of_its_code():
+    """An alias bound before the check is the same function object (its code raises for the call); a copy of its
+    code object under another name computes the same instructions (seen when a hook fires inside it)."""
+    import types
+
+    import labutils.evaluation as lab
+    from labutils.checks import properties
+
+    alias = lab.evaluate
+    inner = lab.evaluate.__wrapped__
+    copy = types.FunctionType(inner.__code__.replace(co_name="mine", co_firstlineno=1), inner.__globals__, "mine",
+                              inner.__defaults__)
+
+    def by_alias(model, loader, device):
+        return alias(model, loader, device)
+
+    def by_copy(model, loader, device):
+        with torch.no_grad():
+            return copy(model, loader, device)
+
+    for fn in (by_alias, by_copy):
+        report = check_evaluate(fn)
+        assert report.failures[0].check == "uses_reference" and ".evaluate, the lab's own" in str(report), str(report)
+        assert not any(v.passed for v in properties.verdicts("evaluate", report).values())
+    assert lab.evaluate.__wrapped__.__code__ is inner.__code__ and inner.__code__.co_name == "evaluate"
 
 
 def test_a_copy_made_during_tracing_behaves_like_the_original():

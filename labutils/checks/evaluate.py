@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from .. import exercises
 from ..data import make_loader
-from ..trace import Event, Tracer, mark_batches
+from ..trace import Event, Tracer, mark_batches, modes
 from . import on_gpu
 from .calling import (TracedCall, _number_problem, _show, could_not_check, isolated, judge_call, new_report,
                       traced_call)
@@ -27,7 +27,7 @@ class EvalView:
     reference: torch.nn.Module
     batches: list
     run: TracedCall
-    training_after: bool = True
+    training_after: bool | None = True  # every module in train mode after the call (None: some of each)
     device: str = DEVICE
 
     @property
@@ -51,7 +51,7 @@ def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True,
                     outputs=True)
     run = traced_call(fn, (model, loader, device), tracer)
-    view = EvalView(model, reference, batches, run, model.training, device)
+    view = EvalView(model, reference, batches, run, modes(model), device)
     for _, event in view.forwards:
         j = _match(event.data["x"], batches)
         if j is not None:
@@ -96,28 +96,62 @@ def _out_of_range(v: EvalView, loss: float, accuracy: float) -> Failure:
     return Failure("accuracy", f"the accuracy {accuracy:.4g} is outside [0, 1]: return correct / n_samples.")
 
 
-def _first_forward_with(v: EvalView, flag: str, prop: str, what_went_wrong: str) -> list[Failure]:
-    """The property fails at the first forward whose traced ``flag`` is on (train mode, autograd)."""
+def _first_forward_with(v: EvalView, wrong, prop: str, what_went_wrong) -> list[Failure]:
+    """The property fails at the first forward for whose traced info ``wrong(info)`` holds (train mode, autograd);
+    ``what_went_wrong(info)`` says how it ran."""
     for i, e in v.forwards:
-        if e.info[flag]:
-            return [Failure(prop, f"the forward of batch {e.info.get('batch', '?')} {what_went_wrong}", None,
+        if wrong(e.info):
+            return [Failure(prop, f"the forward of batch {e.info.get('batch', '?')} {what_went_wrong(e.info)}", None,
                             _eval_beside(v, i))]
     return []
+
+
+def _unevaluated(v: EvalView) -> list[int]:
+    """The batches of the loader (from 1) that no forward ran."""
+    seen = {_match(e.data["x"], v.batches) for _, e in v.forwards}
+    return [j + 1 for j in range(len(v.batches)) if j not in seen]
+
+
+def _whole_loader(v: EvalView) -> NotJudged | None:
+    """The modes are evidence of an evaluation only when the whole loader went through the model: a forward of one
+    made-up image in eval mode is no evaluation (the batches stage says which batch was left out)."""
+    missing = _unevaluated(v)
+    if v.forwards and missing:
+        return NotJudged(f"evaluate ran {len(v.batches) - len(missing)} of the loader's {len(v.batches)} batches through "
+                         "the model, and how it runs them is judged on an evaluation of every batch",
+                         needs=("batches",))
+    return None
+
+
+def _ev_batches(v: EvalView):
+    if not v.forwards:
+        return NotJudged("evaluate never called the model")
+    missing = _unevaluated(v)
+    if missing and v.run.complete:
+        return [Failure("batches", f"batch {missing[0]} of {len(v.batches)} never went through the model (the last "
+                        f"one has only {len(v.batches[-1][1])} samples): evaluate every batch of the loader.", None,
+                        _eval_beside(v, None))]
+    return [] if not missing else NotJudged("evaluate did not return")
 
 
 def _ev_eval_mode(v: EvalView):
     if not v.forwards and v.run.complete:
         return [Failure("eval_mode", "evaluate never called the model.")]
-    return _first_forward_with(v, "training", "eval_mode", "ran in train mode: dropout was still dropping, so the "
-                               "numbers are noisy and too pessimistic. Call model.eval() before the loop.")
+    return _whole_loader(v) or _first_forward_with(
+        v, lambda info: info["training"] is not False, "eval_mode",
+        lambda info: "ran in train mode: dropout was still dropping, so the numbers are noisy and too pessimistic. "
+        "Call model.eval() before the loop." if info["training"] else "ran with some of the model's modules in "
+        "train mode (its Dropout still dropping): a training flag set by hand changes only that one module. Call "
+        "model.eval(), which sets every module.")
 
 
 def _ev_no_grad(v: EvalView):
     if not v.forwards:
         return NotJudged("evaluate never called the model")
-    return _first_forward_with(v, "grad", "no_grad", "ran with autograd on: every batch built a graph nobody "
-                               "backpropagates through (memory and time wasted). Wrap the loop in torch.no_grad() "
-                               "(or torch.inference_mode()).")
+    return _whole_loader(v) or _first_forward_with(
+        v, lambda info: info["grad"], "no_grad", lambda info: "ran with autograd on: every batch built a graph nobody "
+        "backpropagates through (memory and time wasted). Wrap the loop in torch.no_grad() (or "
+        "torch.inference_mode()).")
 
 
 def _ev_restore_mode(v: EvalView):
@@ -125,24 +159,25 @@ def _ev_restore_mode(v: EvalView):
         return NotJudged("evaluate did not return")
     if not v.forwards:  # a call that never ran the model shows nothing of the mode it leaves (judged apart from
         return NotJudged("evaluate never called the model")  # eval_mode: no model.eval() is that property's alone)
-    if not v.training_after:
-        return [Failure("restore_mode", "evaluate left the model in eval mode: the next epoch would train with dropout "
-                        "off unless it calls model.train() itself. Call model.train() before returning.", None,
-                        _eval_beside(v, len(v.run.events) - 1))]
+    if _whole_loader(v):
+        return _whole_loader(v)
+    if v.training_after is not True:
+        left = "the model in eval mode" if v.training_after is False else "some of the model's modules in eval mode"
+        return [Failure("restore_mode", f"evaluate left {left}: the next epoch would train with dropout off unless it "
+                        "calls model.train() itself. Call model.train() before returning (it sets every module).",
+                        None, _eval_beside(v, len(v.run.events) - 1))]
     return []
 
 
 def _outputs(v: EvalView) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(logits, labels) per batch: the logits the student's own forwards produced (so the numbers are judged apart
-    from the mode they ran in), the reference's in eval mode for a batch it never ran."""
-    ref = v.reference.eval()
+    """(logits, labels) per batch: the logits the student's own forwards produced, and nothing else (so the numbers
+    are judged apart from the mode they ran in, and only on what the function computed: :func:`_numbers` first)."""
     seen: dict[int, torch.Tensor] = {}
     for _, e in v.forwards:
         j = _match(e.data["x"], v.batches)
         if j is not None and "out" in e.data and j not in seen:
             seen[j] = e.data["out"].float()
-    with torch.no_grad():
-        return [(seen[j] if j in seen else ref(x), y) for j, (x, y) in enumerate(v.batches)]
+    return [(seen[j], y) for j, (_, y) in enumerate(v.batches)]
 
 
 def _numbers(v: EvalView) -> NotJudged | None:
@@ -150,6 +185,10 @@ def _numbers(v: EvalView) -> NotJudged | None:
         return NotJudged("evaluate did not return")
     if not v.forwards:
         return NotJudged("evaluate never called the model, so its numbers were not computed from it")
+    missing = _unevaluated(v)
+    if missing:  # numbers for a batch it never ran were not computed from it, whatever they are
+        return NotJudged(f"batch {missing[0]} of the loader never went through the model, so the numbers were not "
+                         "computed from every batch", needs=("batches",))
     return None
 
 
@@ -212,6 +251,7 @@ def _ev_device(v: EvalView):
 EVAL_STAGES = (
     ("return_value", _ev_return_value, ()),
     ("device", _ev_device, ()),
+    ("batches", _ev_batches, ()),
     ("eval_mode", _ev_eval_mode, ()),
     ("no_grad", _ev_no_grad, ()),
     ("restore_mode", _ev_restore_mode, ()),

@@ -22,7 +22,7 @@ from torch.optim.lr_scheduler import LinearLR
 from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
-from ..trace import Tracer, mark_batches
+from ..trace import Tracer, mode_words, mark_batches
 from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report,
                       reference_failure, scratch, traced_call)
 from . import evidence, on_gpu
@@ -272,10 +272,10 @@ def _rs_train_mode(c: ResumeCtx):
     if not forwards:
         return NotJudged("train_resumable never called the model")
     for i, event in enumerate(forwards):
-        if not event.info["training"]:
-            return [Failure("train_mode", f"the forward of step {i + 1} ran in eval mode: the model came in eval mode "
-                            "(as after an evaluation) and the loop never switched it back, so dropout was off while "
-                            "training. Call model.train() before the loop.", i + 1)]
+        if event.info["training"] is not True:
+            return [Failure("train_mode", f"the forward of step {i + 1} ran in {mode_words(event.info['training'])}: "
+                            "the model came in eval mode (as after an evaluation), so dropout was off while "
+                            "training. Call model.train() before the loop (it sets every module).", i + 1)]
     return []
 
 

@@ -30,11 +30,16 @@ def _st_train_mode(v: TrainView):
                          "a loop that trains", needs=("order",))
     for m in v.micros:
         event = v.events[m.forward]
-        if not event.info["training"]:
+        if event.info["training"] is False:
             return [Failure("train_mode", f"the forward of batch {event.info.get('batch', '?')} ran in eval mode: "
                             "the model came in eval mode (as after an evaluation) and the loop never switched it "
                             "back, so dropout and BatchNorm would be off while training. Call model.train() at the "
                             "start of train_one_epoch.", m.step, v.beside(m.step, m.forward))]
+        if event.info["training"] is not True:
+            return [Failure("train_mode", f"the forward of batch {event.info.get('batch', '?')} ran with some of "
+                            "the model's modules still in eval mode (a training flag set by hand changes only that "
+                            "one module), so their dropout and BatchNorm would be off while training. Call "
+                            "model.train(), which sets every module.", m.step, v.beside(m.step, m.forward))]
     return []
 
 

@@ -559,7 +559,8 @@ CHEATS = [
     Cheat("evaluate_constants_every_batch", "evaluate", "predictable", EVALUATE_CONSTANTS_EVERY_BATCH,
           _earns("eval_mode", "no_grad", "restore_mode")),
     Cheat("evaluate_first_call_only", "evaluate", "later_calls", EVALUATE_FIRST_CALL_ONLY, _earns()),
-    Cheat("evaluate_patched_queries", "evaluate", "patched", EVALUATE_PATCHED_QUERIES, _earns("loss", "accuracy")),
+    Cheat("evaluate_patched_queries", "evaluate", "patched", EVALUATE_PATCHED_QUERIES,
+          _earns("loss", "accuracy", "restore_mode")),  # no model.eval() at all costs eval_mode only (issue 45)
     Cheat("evaluate_hardcoded_device_percent", "evaluate", "later_calls", EVALUATE_HARDCODED_DEVICE_AND_PERCENT,
           _earns("eval_mode", "no_grad", "restore_mode")),
     Cheat("evaluate_copied_helper", "evaluate", "patched", EVALUATE_COPIED_HELPER, _earns()),

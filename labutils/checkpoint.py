@@ -29,7 +29,7 @@ except ImportError:  # Windows
 import numpy as np
 import torch
 
-LAST_PATTERN = re.compile(r"^step-(\d{6,})\.pt$")
+LAST_PATTERN = re.compile(r"^step-(\d+)\.pt$")  # step-000120.pt as last_name writes it; step-120.pt is read too
 TEMP_PATTERN = re.compile(r"^\..+\.pt(\.sha256)?\.[A-Za-z0-9_]{8}\.tmp$")  # mkstemp's: .step-000120.pt.k3v9_x0q.tmp
 BEST_NAME = "best.pt"
 
@@ -197,8 +197,8 @@ def list_checkpoints(ckpt_dir) -> list[Path]:
 
 
 def latest_checkpoint(ckpt_dir) -> Path | None:
-    """The newest "last" checkpoint by step, or None. A run resumes from here, so it first clears the temp files of
-    writers that died mid-save (:func:`remove_stale_temp_files`)."""
+    """The newest "last" checkpoint by the step number in its name (padded or not), or None. A run resumes from here,
+    so it first clears the temp files of writers that died mid-save (:func:`remove_stale_temp_files`)."""
     remove_stale_temp_files(ckpt_dir)
     found = list_checkpoints(ckpt_dir)
     return found[-1] if found else None

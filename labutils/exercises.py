@@ -275,16 +275,19 @@ EXERCISES: tuple[Exercise, ...] = (
                      _LOOP + _RETURNS + _SCHEDULER + ("clip", "norms")))),
     Exercise("checkpoint", "06_checkpointing", (
         Function("save_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler", "step"), "None",
-                 "atomic (a temp file in the same folder, then `os.replace`; a fresh name from `tempfile.mkstemp("
-                 "dir=folder, prefix=f'.{name}.', suffix='.tmp')` is one the lab's crash clean-up removes; `fsync` "
-                 "before the rename is recommended, not graded); holds model, optimizer, scheduler (always given), "
-                 "scaler (`None` allowed), step and the RNG state of every generator "
-                 "(`labutils.checkpoint.capture_rng_state()`, not `torch.get_rng_state()` alone); loadable with "
-                 "`torch.load(path, weights_only=True)`"),
+                 "`path` is a `pathlib.Path` or a `str` (take `Path(path)` first) in a folder that exists; atomic (a "
+                 "temp file in the same folder, then `os.replace`, by any name: `from os import replace` and "
+                 "`Path.replace` count; a fresh name from `tempfile.mkstemp(dir=folder, prefix=f'.{name}.', "
+                 "suffix='.tmp')` is one the lab's crash clean-up removes; `fsync` before the rename is recommended, "
+                 "not graded); holds model, optimizer, scheduler (always given), scaler (`None` allowed), step and the "
+                 "RNG state of every generator (`labutils.checkpoint.capture_rng_state()`, or torch's, Python's and "
+                 "NumPy's each by hand; not `torch.get_rng_state()` alone), in any layout (one dict of them is "
+                 "simplest); loadable with `torch.load(path, weights_only=True)` (so no NumPy array in it)"),
         Function("load_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler"), "int",
-                 "restores all of the above, RNG included (`labutils.checkpoint.restore_rng_state`), loading with "
-                 "`weights_only=True` passed explicitly (its default differs across the torch versions the lab "
-                 "allows); returns the step as an int")),
+                 "restores all of the above into the objects given, RNG included "
+                 "(`labutils.checkpoint.restore_rng_state`), loading with `weights_only=True` passed explicitly (its "
+                 "default differs across the torch versions the lab allows; any `map_location`: `load_state_dict` "
+                 "copies onto each parameter's device); `path` as in save_checkpoint; returns the step as an int")),
         "checkpointing:check_checkpoint", (),
         (Argument("step", (37, 1205), "return_step"),
          Argument("path", ("step-000037.pt", "run-b/last.ckpt"), "complete", "a Path, then a str in a sub-folder")),
@@ -300,14 +303,18 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("resume", "07_crash_resume", (Function(
         "train_resumable", ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every",
                             "device"), "int",
-        "resumes from the newest checkpoint in `ckpt_dir` if any, newest by the step in its name, never by file time "
-        "(`labutils.checkpoint.latest_checkpoint`), with the student's own lab 6 `load_checkpoint(path, model, "
-        "optimizer, scheduler, None)`, which returns the saved step (the check hands the loop a correct pair of its "
-        "own under the names `save_checkpoint` and `load_checkpoint`, so a lab 6 mistake costs nothing here); puts the "
-        "model in train mode (it may come in eval mode); calls `labutils.data.set_position(train_loader, epoch, "
-        "start_batch)` before every epoch (`start_batch` is 0 except right after resuming; `len(train_loader)` is the "
-        "batches per epoch); saves `ckpt_dir/step-{step:06d}.pt` every `save_every` optimizer steps with lab 6's "
-        "`save_checkpoint(path, model, optimizer, scheduler, None, step)`; "
+        "`ckpt_dir` (a `str`) is an existing folder, empty on a first run; resumes from the newest checkpoint in it "
+        "if any, newest by the step in its name, never by file time (`labutils.checkpoint.latest_checkpoint`), with "
+        "the student's own lab 6 `load_checkpoint(path, model, optimizer, scheduler, None)`, which returns the saved "
+        "step (the check lends the loop, and every helper of the notebook that calls them by name, a correct pair of "
+        "its own under the names `save_checkpoint` and `load_checkpoint`, so a lab 6 mistake costs nothing here; its "
+        "files are real checkpoints: `torch.load(path, weights_only=True)` gives a dict with the keys model, "
+        "optimizer, scheduler, scaler, step and rng, `capture_rng_state()`'s); puts the model in train mode (it may "
+        "come in eval mode); calls `labutils.data.set_position(train_loader, epoch, start_batch)` before every epoch "
+        "(`start_batch` is 0 except right after resuming; `len(train_loader)` is the batches per epoch); saves "
+        "`ckpt_dir/step-{step:06d}.pt` (`step-{step}.pt` is read the same) every `save_every` optimizer steps with "
+        "lab 6's `save_checkpoint(path, model, optimizer, scheduler, None, step)`, once the step is complete (after "
+        "`scheduler.step()`; one more at the end of training is allowed, no other); "
         "calls `on_step(step, loss)` after every optimizer step (after the save; `loss` is that step's mean training "
         "loss as a float); no clipping; returns the final global step",
         ("on_step",)),), "resumable:check_resume", (),

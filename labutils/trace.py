@@ -205,6 +205,17 @@ def mark_batches(loader):
     return loader
 
 
+_RENAMES: list = []  # the tracers recording files now, innermost last: the audit hook hands each rename to it
+_AUDITING: list = []  # [True] once the audit hook is installed (an audit hook stays for the process's life)
+
+
+def _on_audit(event: str, args: tuple) -> None:
+    """``sys.audit``'s hook: a rename the tracer's own wrappers did not see (``from os import replace`` bound before
+    the wrapper, ``Path.rename``...) still reaches the innermost tracer recording files. Costs a string comparison."""
+    if event == "os.rename" and _RENAMES:
+        _RENAMES[-1]._audited_rename(*args[:2])
+
+
 class _Graph:
     """Put in a training forward's output's autograd node (``grad_fn.metadata``): alive while anything still holds
     that forward's graph (a loss tensor kept in a sum or a list), gone once the graph is freed."""
@@ -228,7 +239,8 @@ class Tracer:
 
     Any of ``model``, ``optimizer``, ``scheduler``, ``scaler`` may be None. ``files=True`` also records
     ``torch.save`` / ``torch.load`` / ``os.replace`` / ``os.rename`` (these are module functions, so they are patched
-    for the duration), and after each of them whether the paths in ``watch`` exist. ``forbidden`` names functions
+    for the duration; a rename through a name bound before, ``from os import replace``, is seen by an audit hook),
+    and after each of them whether the paths in ``watch`` exist. ``forbidden`` names functions
     as ``"module:attr"``: calling one, by any reference, raises :class:`ReferenceCalled`. ``max_events`` stops a
     run that never ends with :class:`TooManyEvents`. ``outputs=True`` keeps each forward's output (``data["out"]``);
     ``devices=True`` records in :attr:`moves` every device the loop's code moved a tensor to. Each forward counts the
@@ -255,11 +267,14 @@ class Tracer:
         self._forward: Event | None = None  # the forward being recorded (its layers' outputs say how it ran)
         self._layers: list = []  # (requires grad, inference, autocast dtype) of each of its layers' outputs
         self._graphs: list = []  # a weak reference per training forward's graph (_Graph)
+        self._renaming = False  # inside the os.replace / os.rename wrapper, which records the rename itself
+        self._pending: Event | None = None  # a rename seen by the audit hook, whose "exists" is read at the next event
 
     # --- recording ---------------------------------------------------------------------------------------------------
 
     def record(self, kind: str, info: dict | None = None, data: dict | None = None) -> Event:
         self._backward = None  # any other event ends the backward pass being recorded
+        self._settle()
         if self.max_events is not None and len(self.events) >= self.max_events:
             raise TooManyEvents(f"the check stopped it after {self.max_events} events, far more than its data needs: "
                                 "does the loop ever end?")
@@ -475,6 +490,20 @@ class Tracer:
     def _exists(self) -> dict:
         return {str(path): path.exists() for path in self.watch}
 
+    def _settle(self) -> None:
+        """What the watched paths look like after a rename the audit hook saw (it runs before the rename does)."""
+        if self._pending is not None:
+            self._pending.info["exists"], self._pending = self._exists(), None
+
+    def _audited_rename(self, src, dst) -> None:
+        if self._renaming:
+            return
+        try:
+            info = {"fn": "a rename", "src": os.fsdecode(src), "dst": os.fsdecode(dst)}
+        except TypeError:  # a descriptor, not a path
+            return
+        self._pending = self.record("replace", info)
+
     def _file_op(self, original, kind: str, fn_name: str):
         def target_of(f):
             if isinstance(f, (str, os.PathLike)):
@@ -492,7 +521,11 @@ class Tracer:
                 if kind == "load":  # its default changed in torch 2.6: a load that relies on it is unsafe before
                     info["weights_only"] = kwargs.get("weights_only")
             event = self.record(kind, info)
-            out = original(*args, **kwargs)
+            self._renaming = kind == "replace"
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self._renaming = False
             event.info["exists"] = self._exists()
             return out
 
@@ -600,9 +633,15 @@ class Tracer:
             self._set_attr(torch, "load", self._file_op(torch.load, "load", "torch.load"))
             self._set_attr(os, "replace", self._file_op(os.replace, "replace", "os.replace"))
             self._set_attr(os, "rename", self._file_op(os.rename, "replace", "os.rename"))
+            if not _AUDITING:
+                sys.addaudithook(_on_audit)
+                _AUDITING.append(True)
+            _RENAMES.append(self)
+            self._undo.append(lambda: _RENAMES.remove(self))
         self._undo.extend(h.remove for h in handles)
 
     def __exit__(self, *exc) -> None:
+        self._settle()
         while self._undo:
             self._undo.pop()()
         self._backward = None

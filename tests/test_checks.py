@@ -677,19 +677,23 @@ def test_lab_8_evaluates_the_accelerate_model_at_the_precision_of_the_plain_one(
 # --- lab 7 judges the loop alone, whatever the student's own lab 6 pair does (issue 31) ----------------------------
 
 
-@pytest.mark.parametrize("pair", [("save_no_rng", "load_no_rng"), ("save_canonical", "load_forgets_scheduler"),
-                                  ("save_hardcoded_step", "load_canonical")])
-def test_a_lab_6_mistake_costs_lab_7_nothing(pair):
-    """A correct train_resumable whose notebook holds a buggy lab 6 pair earns every lab 7 point: the check hands the
-    loop a correct pair of its own, so a lab 6 mistake is never blamed on the loop (it was graded in lab 6)."""
-    import types
-
+@pytest.mark.parametrize("loop, pair", [
+    ("resume_canonical", ("save_no_rng", "load_no_rng")),
+    ("resume_canonical", ("save_canonical", "load_forgets_scheduler")),
+    ("resume_canonical", ("save_hardcoded_step", "load_canonical")),
+    ("resume_helpers", ("save_no_rng", "load_no_rng"))])
+def test_a_lab_6_mistake_costs_lab_7_nothing(loop, pair):
+    """A correct train_resumable whose notebook holds a buggy lab 6 pair earns every lab 7 point: the check lends the
+    loop, and every helper of the notebook that saves or loads, a correct pair of its own, so a lab 6 mistake is never
+    blamed on the loop (it was graded in lab 6); the notebook's own pair is back after the check."""
     save, load = (getattr(mutants.b, name, None) or getattr(mutants.c, name) for name in pair)
-    loop = mutants.c.resume_canonical
-    with_buggy_pair = types.FunctionType(loop.__code__, {**loop.__globals__, "save_checkpoint": save,
-                                                         "load_checkpoint": load}, loop.__name__)
-    verdicts = checks.properties.verdicts("resume", check_resume(with_buggy_pair))
+    variant = next(v for v in CORRECT if v.name == loop)
+    pair_source = mutants.source(mutants.Variant("pair", "checkpoint", (save, load)))
+    namespace = {}
+    exec(mutants.IMPORTS + "\n" + pair_source + "\n\n" + mutants.source(variant), namespace)
+    verdicts = checks.properties.verdicts("resume", check_resume(namespace["train_resumable"]))
     assert all(v.passed for v in verdicts.values()), verdicts
+    assert namespace["save_checkpoint"].__code__.co_filename == "<string>"  # the notebook's own, put back
 
 
 # --- a check that fails inside itself says "could not check", never the student's failure (issue 45) ----------------

@@ -75,8 +75,32 @@ _PARTS = {
 }
 
 
+def _python_rng(obj) -> bool:
+    """``random.getstate()`` as saved: (version, 625 ints, gauss) as a tuple or list, or as one int64 tensor."""
+    if isinstance(obj, (tuple, list)) and len(obj) == 3 and obj[0] == 3:
+        return isinstance(obj[1], (tuple, list, torch.Tensor)) and len(obj[1]) == 625
+    return isinstance(obj, torch.Tensor) and obj.dtype == torch.int64 and obj.numel() == 626 and int(obj[0]) == 3
+
+
+def _numpy_rng(obj) -> bool:
+    """``np.random.get_state()`` as saved without NumPy arrays: its "MT19937" and its 624 keys, in a tuple, a list
+    or a dict (any key names: capture_rng_state's, get_state(legacy=False)'s, a student's own)."""
+    if isinstance(obj, dict):
+        values = list(obj.values()) + [v for d in obj.values() if isinstance(d, dict) for v in d.values()]
+    elif isinstance(obj, (tuple, list)) and len(obj) <= 6:
+        values = list(obj)
+    else:
+        return False
+    return any(v == "MT19937" for v in values if isinstance(v, str)) and any(
+        isinstance(v, (tuple, list, torch.Tensor)) and len(v) == 624 for v in values)
+
+
+_GENERATORS = {"torch_rng": "torch's", "python_rng": "Python's", "numpy_rng": "NumPy's"}
+
+
 def _find_parts(ckpt, model_keys: set, step: int) -> dict:
-    """Where in the saved structure each part is, by its shape, not its key name: {part: path}."""
+    """Where in the saved structure each part is, by its shape, not its key name: {part: path}. The RNG state is
+    found whole (capture_rng_state()'s dict) or generator by generator, however the student captured each."""
     found, rng_size = {}, torch.get_rng_state().numel()
 
     def is_part(obj):
@@ -93,7 +117,11 @@ def _find_parts(ckpt, model_keys: set, step: int) -> dict:
             if {"python", "numpy", "torch"} <= keys:
                 return "rng"  # capture_rng_state(): every generator
         if isinstance(obj, torch.Tensor) and obj.dtype == torch.uint8 and obj.numel() == rng_size:
-            return "torch_rng"  # torch.get_rng_state() alone
+            return "torch_rng"  # torch.get_rng_state()
+        if _python_rng(obj):
+            return "python_rng"
+        if _numpy_rng(obj):
+            return "numpy_rng"
         return None
 
     def walk(obj, path):
@@ -113,6 +141,8 @@ def _find_parts(ckpt, model_keys: set, step: int) -> dict:
             found.setdefault("step", path)
 
     walk(ckpt, ())
+    if "rng" not in found and all(g in found for g in _GENERATORS):  # every generator, each captured by hand
+        found["rng"] = tuple(found[g] for g in _GENERATORS)
     return found
 
 
@@ -182,10 +212,13 @@ def _ck_contents(c: CkptCtx):
     found = ", ".join(str(k) for k in c.ckpt) or "nothing"
     failures = []
     for part, (what, how) in _PARTS.items():
-        if part == "rng" and part not in c.parts and "torch_rng" in c.parts:
-            failures.append(Failure("contents", "the checkpoint holds torch's RNG state only (torch.get_rng_state()): "
-                                    "Python's and NumPy's generators (and CUDA's on a GPU) would not come back. Save "
-                                    "capture_rng_state() and restore it with restore_rng_state() in load_checkpoint."))
+        held = [name for g, name in _GENERATORS.items() if g in c.parts]
+        if part == "rng" and part not in c.parts and held:
+            missing = [name for g, name in _GENERATORS.items() if g not in c.parts]
+            failures.append(Failure("contents", f"the checkpoint holds the RNG state of {' and '.join(held)} "
+                                    f"generator{'s' if len(held) > 1 else ''} only: {' and '.join(missing)} would not "
+                                    "come back (nor CUDA's, on a GPU). Save capture_rng_state() and restore it with "
+                                    "restore_rng_state() in load_checkpoint."))
         elif part not in c.parts:
             failures.append(Failure("contents", f"the checkpoint is missing {what} (its keys: {found}): a resumed run "
                                     f"would differ from one that never stopped. Save {how} in it and restore it in "

@@ -65,8 +65,13 @@ CORRECT = [
     Variant("amp_skip_aware", "amp", c.amp_skip_aware),
     Variant("checkpoint_canonical", "checkpoint", (c.save_canonical, c.load_canonical)),
     Variant("checkpoint_nested", "checkpoint", (c.save_nested, c.load_nested)),
+    Variant("checkpoint_replace_imported", "checkpoint", (c.save_replace_imported, c.load_canonical)),
+    Variant("checkpoint_own_rng", "checkpoint", (c.save_own_rng, c.load_own_rng)),
     Variant("resume_canonical", "resume", c.resume_canonical),
     Variant("resume_while", "resume", c.resume_while),
+    Variant("resume_unpadded_names", "resume", c.resume_unpadded_names),
+    Variant("resume_loads_by_hand", "resume", c.resume_loads_by_hand),
+    Variant("resume_helpers", "resume", c.resume_helpers),
     Variant("param_groups_canonical", "param_groups", c.param_groups_canonical),
     Variant("param_groups_by_module", "param_groups", c.param_groups_by_module),
     Variant("param_groups_generators", "param_groups", c.param_groups_generators),
@@ -160,7 +165,7 @@ BUGGY = [
             "missing the GradScaler state"),
     Variant("checkpoint_no_rng", "checkpoint", (b.save_no_rng, b.load_no_rng), "contents", "missing the RNG state"),
     Variant("checkpoint_torch_rng_only", "checkpoint", (b.save_torch_rng_only, b.load_torch_rng_only), "contents",
-            "torch's RNG state only"),
+            "the RNG state of torch's generator only"),
     Variant("checkpoint_load_without_weights_only", "checkpoint", (c.save_canonical, b.load_without_weights_only),
             "safe_load", "weights_only=True"),
     Variant("checkpoint_load_torch_rng_only", "checkpoint", (c.save_canonical, b.load_restores_torch_rng_only),
@@ -192,6 +197,10 @@ BUGGY = [
             "set_position"),
     Variant("resume_epochs_from_the_lab", "resume", b.resume_epochs_from_the_lab, "epochs",
             "as if epochs=3, not the epochs=2 it was given"),
+    Variant("resume_forgets_scheduler", "resume", b.resume_forgets_scheduler, "exact_resume",
+            "the scheduler's state was not restored"),
+    Variant("resume_saves_before_scheduler_step", "resume", b.resume_saves_before_scheduler_step, "exact_resume",
+            "between optimizer.step() and scheduler.step()"),
     # 08
     Variant("param_groups_decays_biases", "param_groups", b.param_groups_decays_biases, "no_decay",
             "must not be decayed"),
@@ -244,18 +253,31 @@ def run_check(variant: Variant) -> checks.CheckReport:
 
 
 def source(variant: Variant) -> str:
-    """Notebook-ready source of the variant: each function renamed to the contract's name."""
+    """Notebook-ready source of the variant: each function renamed to the contract's name, after the helper
+    functions of the corpus it calls (``_resume_point``: a notebook defines its helpers in a cell of their own)."""
     parts = []
     for fn, name in zip(variant.functions, CONTRACT_NAMES[variant.exercise]):
+        for helper in _helpers(fn):
+            parts.append(inspect.getsource(helper))
         text = inspect.getsource(fn)
         parts.append(re.sub(rf"^def {fn.__name__}\(", f"def {name}(", text, count=1, flags=re.MULTILINE))
-    return "\n\n".join(parts)
+    return "\n\n".join(dict.fromkeys(parts))
+
+
+def _helpers(fn) -> list:
+    """The corpus's own helper functions (a leading underscore, in the variant's module) that ``fn`` calls."""
+    return [fn.__globals__[n] for n in fn.__code__.co_names if n.startswith("_") and
+            inspect.isfunction(fn.__globals__.get(n)) and fn.__globals__[n].__module__ == fn.__module__]
 
 
 # the module-level imports a variant's source may rely on (a notebook cell pastes these above it)
 IMPORTS = """\
 import os
+import random
+import tempfile
+from os import replace
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

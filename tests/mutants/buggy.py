@@ -1169,6 +1169,56 @@ def resume_epochs_from_the_lab(model, optimizer, scheduler, train_loader, epochs
 # --- 08 param_groups -------------------------------------------------------------------------------------------------
 
 
+
+def resume_forgets_scheduler(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every, device,
+                             on_step=None):
+    """Hands no scheduler to load_checkpoint: the schedule restarts from the beginning after resuming."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = load_checkpoint(latest, model, optimizer, None, None)
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
+
+def resume_saves_before_scheduler_step(model, optimizer, scheduler, train_loader, epochs, ckpt_dir, save_every,
+                                       device, on_step=None):
+    """Saves between optimizer.step() and scheduler.step(): the checkpoint's schedule is one step behind."""
+    step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        step = load_checkpoint(latest, model, optimizer, scheduler, None)
+    per_epoch = len(train_loader)
+    model.train()
+    for epoch in range(step // per_epoch, epochs):
+        set_position(train_loader, epoch, step % per_epoch if epoch == step // per_epoch else 0)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if step % save_every == 0:
+                save_checkpoint(os.path.join(ckpt_dir, f"step-{step:06d}.pt"), model, optimizer, scheduler, None, step)
+            scheduler.step()
+            if on_step is not None:
+                on_step(step, loss.item())
+    return step
+
 def param_groups_decays_biases(model, weight_decay):
     """Decays everything except BatchNorm: biases get weight decay too."""
     norm = [p for m in model.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()]

@@ -4,6 +4,7 @@ PyTorch is the oracle twice over: the checks compare the student's gradients to 
 traced run to an untraced one bit for bit.
 """
 
+import contextlib
 import copy
 import inspect
 import linecache
@@ -742,3 +743,46 @@ def test_could_not_check_names_the_students_line_that_was_running():
     assert "could not check param_groups" in report.broken and "KeyError" in report.broken, report.broken
     assert "while your code ran line 2 of __iter__ (`raise KeyError(\"student's iterator\")`)" in report.broken, \
         report.broken
+
+
+# --- lab 8's accelerate loop, checked through the accelerator (issue 45) ----------------------------------------------
+
+
+def _accelerate_variant(backward="accelerator", clip="accelerator", accumulate=False):
+    def train_one_epoch_accelerate(accelerator, model, loader, optimizer, scheduler, max_norm):
+        model.train()
+        total, seen, norms = 0.0, 0, []
+        for x, y in loader:
+            with accelerator.accumulate(model) if accumulate else contextlib.nullcontext():
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                accelerator.backward(loss) if backward == "accelerator" else loss.backward()
+                norm = (accelerator.clip_grad_norm_(model.parameters(), max_norm) if clip == "accelerator" else
+                        clip_grad_norm_(model.parameters(), max_norm))
+                optimizer.step()
+                scheduler.step()
+            norms.append(norm.item())
+            losses = accelerator.gather_for_metrics(loss.detach().repeat(len(y))) if accumulate else None
+            total += (losses.sum().item() if accumulate else loss.item() * len(y))
+            seen += len(y)
+        return total / seen, norms
+    return train_one_epoch_accelerate
+
+
+def test_the_accelerate_loop_is_checked_through_the_accelerator():
+    """accelerate's accumulate() and gather_for_metrics() are correct there; loss.backward() and a plain
+    clip_grad_norm_ are not (both break fp16), even where the check's one-CPU accelerator makes them equal; a part of
+    accelerate the check's accelerator lacks is "could not check", not the student's AttributeError."""
+    report = checks.check_train_one_epoch_accelerate(_accelerate_variant(accumulate=True))
+    assert report.passed, str(report)
+    for backward, clip, said in (("loss", "accelerator", "called loss.backward() itself"),
+                                 ("accelerator", "torch", "called torch.nn.utils.clip_grad_norm_ itself")):
+        failed = checks.check_train_one_epoch_accelerate(_accelerate_variant(backward, clip))
+        assert [f.check for f in failed.failures] == ["accelerator"] and said in failed.failures[0].message, \
+            str(failed)
+
+    def uses_more(accelerator, model, loader, optimizer, scheduler, max_norm):
+        accelerator.save_state("somewhere")
+
+    lacking = checks.check_train_one_epoch_accelerate(uses_more)
+    assert lacking.broken and "could not check" in lacking.broken and "'save_state'" in lacking.broken, str(lacking)

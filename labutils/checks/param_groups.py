@@ -81,8 +81,10 @@ def _coverage(groups: list[dict], model, names: dict) -> list[Failure] | NotJudg
     if coverage:
         return [Failure("coverage", coverage + ": every trainable parameter must be in exactly one group.")]
     if sum(1 for g in groups if g["params"]) < 2:  # what list(model.parameters()) in one group also "covers"
-        return NotJudged("every parameter is in one group, which covers them without splitting anything: put the "
-                         "conv/linear weights in one group and the biases and norm parameters in another")
+        # AdamW without param_groups does that: no evidence yet, and the one mistake is no_decay's (the split)
+        return NotJudged("every parameter is in one group, as AdamW(model.parameters()) holds them without any "
+                         "param_groups: nothing is split yet (put the conv/linear weights in one group and the biases "
+                         "and norm parameters in another)", needs=("no_decay",))
     return []
 
 
@@ -118,7 +120,8 @@ def _judge_decay(report: CheckReport, groups: list[dict], names: dict, wd: float
         weight_decay = NotJudged("no conv or linear weight is in any group")
     elif decays == {wd}:  # AdamW(model.parameters(), weight_decay=wd) does that by default: no evidence of groups
         weight_decay = NotJudged(f"every parameter is decayed by weight_decay={wd}, which is what AdamW does without "
-                                 "any groups: nothing shows the grouping yet (biases and norm parameters get 0.0)")
+                                 "any groups: nothing shows the grouping yet (biases and norm parameters get 0.0)",
+                                 needs=("no_decay",))
     else:
         weight_decay = found["weight_decay"]
     decay_ok = report.judge("weight_decay", weight_decay)

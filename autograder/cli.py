@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_argument("--out", type=Path, required=True, help="the zip to write, e.g. autograder.zip")
     gs.add_argument("--source", type=Path, help="assignment source folder (default: ROOT/solutions/loop_lab)")
     gs.add_argument("--no-data", action="store_true", help="leave the dataset out (the container then downloads it)")
+    gs.add_argument("--deadlines", type=Path, metavar="FILE", help="deadlines.toml whose [penalty] policy "
+                    "run_autograder applies to Gradescope's submission time and due date (submission_metadata.json)")
     gr = sub.add_parser("gradescope-run", help="what run_autograder runs inside Gradescope: grade ROOT/submission, "
                         "write ROOT/results/results.json")
     gr.add_argument("--root", dest="gradescope_root", type=Path, help="Gradescope's folder (default: "
@@ -188,7 +190,8 @@ def _export(args) -> int:
 
 
 def _export_lms(args) -> int:
-    """An LMS import file; exit 1 when a graded submission has no roster row (its grade would not reach the LMS)."""
+    """An LMS import file; exit 1 when a graded submission's grade would not reach the LMS (no roster row, or an
+    identity that clashes with another's)."""
     from .results.lms import ExportError, export_lms
 
     if args.roster is None:
@@ -205,7 +208,9 @@ def _export_lms(args) -> int:
     if report.no_roster_row:
         print(f"{len(report.no_roster_row)} graded submission(s) with no roster row (not in the file): "
               + ", ".join(map(shown, report.no_roster_row)) + "; match them with --mapping FILE", file=sys.stderr)
-    return 1 if report.no_roster_row else 0
+    for line in report.ambiguous:  # identities one key apart: nothing written for them until the instructor says
+        print(f"not written: {shown(line)}", file=sys.stderr)
+    return 1 if report.no_roster_row or report.ambiguous else 0
 
 
 def _cells(args) -> int:
@@ -228,8 +233,10 @@ def _handout(args) -> int:
 def _gradescope(args) -> int:
     from .course.gradescope_zip import build_zip
 
-    with _usage_errors(FileNotFoundError):
-        names = build_zip(args.out, args.root, args.source, data=not args.no_data)
+    from .results.late import LateConfigError
+
+    with _usage_errors(FileNotFoundError, LateConfigError):
+        names = build_zip(args.out, args.root, args.source, data=not args.no_data, deadlines=args.deadlines)
     data = "with" if any(n.startswith("data/") for n in names) else "without"
     print(f"wrote {args.out} ({len(names)} files, {data} the dataset): upload it as the autograder of a Gradescope "
           "'Programming Assignment'", file=sys.stderr)

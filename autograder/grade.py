@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -91,6 +92,10 @@ class GradeOptions:
     extensions: Path | None = field(default=None, metadata=_flag(
         "--extensions", "extensions.csv: student,notebook,until rows moving a student's deadline", type=Path,
         metavar="FILE"))
+    times: Path | None = field(default=None, metadata=_flag(
+        "--times", "the hand-in times the late penalties use: the LMS's export of its submission times (Moodle's "
+        "grading worksheet) or your own student,submitted CSV (docs/grading.md)", type=Path, metavar="FILE"))
+    course_deadlines: Deadlines | None = None  # deadlines already read (Gradescope's): used instead of --deadlines
     require_isolation: bool = field(default=False, metadata=_flag(
         "--require-isolation", "refuse to grade when this machine does not allow every confinement layer ("
         + ", ".join(LAYERS) + ")"))
@@ -166,7 +171,8 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     require_existing(submissions)
     out_lock = journal.lock_out(Path(out).resolve())  # one run per OUT; held until this process ends
     try:
-        deadlines = late.for_run(Path(out).resolve(), opts.deadlines, opts.extensions)  # a bad file stops us here
+        deadlines = opts.course_deadlines or late.for_run(Path(out).resolve(), opts.deadlines, opts.extensions,
+                                                          opts.times)  # a bad file stops us here
     except BaseException:
         out_lock.close()
         raise
@@ -369,13 +375,19 @@ def _new_sqlite_file(db_url: str) -> Path | None:
     return None if path.exists() else path
 
 
-def _lateness(the_plan: Plan) -> dict[tuple[str, str], Lateness] | None:
-    """Each handed-in notebook's lateness (None without deadlines): nbgrader's timestamp.txt, else the file's time."""
+def _lateness(the_plan: Plan, started: float) -> dict[tuple[str, str], Lateness] | None:
+    """Each handed-in notebook's lateness (None without deadlines), its time from :mod:`.results.handin`; each
+    student's time read once, the run's start standing for the collection."""
+    from datetime import datetime, timezone
+
+    from .results import handin
+
     if the_plan.deadlines is None:
         return None
+    now = datetime.now(timezone.utc) - timedelta(seconds=time.monotonic() - started)
     found = {}
     for sub in the_plan.submissions:
-        times = late.handed_in(sub.extra_file(late.TIMESTAMP_FILE), sub.file_times)
+        times = handin.handed_in(the_plan.deadlines, sub, now)
         found.update({(x.student, x.notebook): x for x in late.assess(the_plan.deadlines, sub.student, times)})
     return found
 
@@ -389,7 +401,9 @@ def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], proble
     timings = the_plan.timings
     t0 = time.monotonic()
     gradebook.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
-    lateness = _lateness(the_plan)
+    lateness = _lateness(the_plan, started)
+    problems = list(problems) + sorted({f"{x.student}: hand-in time not known, no late penalty applied: {x.problem}"
+                                        for x in (lateness or {}).values() if x.problem})
     for note in late.unknown_names(the_plan.deadlines, the_plan.students, the_plan.notebooks) \
             if the_plan.deadlines else []:
         (say or log)(f"WARNING: {note}")

@@ -5,7 +5,10 @@ gradescope-run``: :func:`run` grades ``/autograder/submission`` as one student w
 confined as far as the container allows (the grader says which layers it could not apply; that goes to the
 instructor-only stdout), and hands the student's record to :mod:`autograder.results.gradescope_results`, which writes
 ``/autograder/results/results.json``: one test per graded property with its points and the check's message, a hidden
-test's shown only after the scores are published. Late penalties are left to Gradescope's own late policy.
+test's shown only after the scores are published. Late penalties (Gradescope applies none itself): the zip's
+deadlines.toml policy on Gradescope's own submission time and due date, the student's extension included, from
+``submission_metadata.json`` (:func:`autograder.results.handin.from_gradescope`): the penalty ``grade --deadlines``
+gives the same times.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from .grade import GradeOptions, grade
 from .layout import ASSIGNMENT, DEFAULT_GRADESCOPE_ROOT, GRADESCOPE_ROOT_ENV, REPO_ROOT, GradescopeLayout
+from .results import handin
 from .results.gradescope_results import GradescopeResults, hidden_tests, to_results
 from .results.record import StudentRecord
 
@@ -46,9 +50,11 @@ def run(layout: GradescopeLayout, source: Path | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="looplab-gradescope-") as tmp:
         work = Path(tmp)
         try:
+            course = handin.from_gradescope(layout.metadata, layout.deadlines, STUDENT) \
+                if layout.deadlines.exists() else None
             result = grade(_submission_folder(layout, work), work / "out",
-                           GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source), root=REPO_ROOT,
-                           private=(layout.results.parent,))
+                           GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source, course_deadlines=course),
+                           root=REPO_ROOT, private=(layout.results.parent,))
             record = StudentRecord.from_json((result.out / f"{STUDENT}.json").read_text())
             log = (result.out / "grading.log").read_text(errors="replace")
         except GradingSetupError as exc:  # the container, not the submission: one line for the instructor

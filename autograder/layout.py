@@ -74,6 +74,7 @@ def submitted_folder(course: Path, student: str) -> Path:
 
 GRADESCOPE_ROOT_ENV = "GRADESCOPE_ROOT"  # where Gradescope's folders are (default /autograder): the tests move it
 DEFAULT_GRADESCOPE_ROOT = Path("/autograder")
+GRADESCOPE_DEADLINES = "deadlines.toml"  # the course's late policy, at the zip's top (gradescope --deadlines)
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,13 @@ class GradescopeLayout:
     @property
     def results(self) -> Path:
         return self.root / "results" / "results.json"
+
+    @property
+    def metadata(self) -> Path:
+        """Gradescope's submission_metadata.json: the submission's time, the due dates, the student's extension."""
+        return self.root / "submission_metadata.json"
+
+    @property
+    def deadlines(self) -> Path:
+        """The course's deadlines.toml, where the zip puts it (``gradescope --deadlines``): its late policy."""
+        return self.source / GRADESCOPE_DEADLINES

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course.submissions import student_id
 from autograder.results.csvcells import FORMULA_STARTS
 from autograder.run.worker import NAME as WORKER_NAME  # its workers are forks with the grader's command line
 from autograder.sandbox import isolation
@@ -152,7 +151,8 @@ def train_one_epoch(*args, **kwargs):  # what the hidden tests call: its excepti
     raise type("E" * (8 << 20), (Exception,), {})("z" * (16 << 20))
 '''
 BOMB_CELLS = 6  # each near the per-cell limit: together past the notebook's 5,000,000-character budget
-BOMB = "--j-output-bomb"  # a folder named like an option: graded as j-output-bomb (issue 28)
+BOMB = "j-output-bomb"
+OPTION_NAMED = "--j-option"  # a folder named like an option: refused by its name, never renamed (issues 28, 42)
 INSTRUCTOR_READER = '''
 import glob
 for _path in glob.glob("@@SOLUTIONS@@/*.ipynb") + ["@@SOLUTIONS@@/06_checkpointing.ipynb"]:
@@ -275,6 +275,9 @@ def hostile(tmp_path_factory):
     listeners = Listeners()
     students = _students(listeners.ports)
     build.write_class(students, tmp / "submissions")
+    (tmp / "submissions" / OPTION_NAMED).mkdir()
+    build.nbformat.write(build.nbformat.read(REPO / "notebooks" / "02_scheduler.ipynb", as_version=4),
+                         tmp / "submissions" / OPTION_NAMED / "02_scheduler.ipynb")
     fence = Fence("class", FENCE_PIDS, FENCE_MEMORY_MB)
     command = [sys.executable, "-m", "autograder", "grade", str(tmp / "submissions"), "--out", str(tmp / "out"),
                "-j", "2", "--timeout-cell", "60", "--timeout-notebook", "120", "--require-isolation"]
@@ -301,7 +304,7 @@ def hostile(tmp_path_factory):
 
 def _rows(hostile, student: str) -> dict[str, str]:
     return {r["notebook"]: r["score"] for r in build.read_csv(hostile["out"] / "grades.csv")
-            if r["student"] == student_id(student)}
+            if r["student"] == student}
 
 
 def _clean(hostile, student: str) -> dict[str, str]:
@@ -391,11 +394,13 @@ def test_an_output_bomb_costs_the_grader_bounded_memory_and_disk(hostile):
 
 
 def test_a_folder_named_like_an_option_makes_no_file_named_so(hostile):
-    """The bomb's folder is ``--j-output-bomb``: nothing in OUT starts with '-' (``tar czf x.tgz *`` in OUT/feedback
-    reads no option), grades.csv holds no formula, and summary.md names the folder as code."""
+    """A folder ``--j-option``: refused by its name (never renamed into an id, which could be another student's),
+    so nothing in OUT starts with '-' (``tar czf x.tgz *`` in OUT/feedback reads no option), grades.csv holds no
+    formula, and summary.md names the folder as code."""
     out = hostile["out"]
     dashed = [str(p.relative_to(out)) for p in out.rglob("*") if p.name.startswith("-")]
-    assert dashed == [] and (out / "feedback" / "j-output-bomb").is_dir()
+    assert dashed == [] and (out / "feedback" / BOMB).is_dir() and not (out / "j-option.json").exists()
     cells = [cell for row in build.read_csv(out / "grades.csv") for cell in row.values()]
-    assert "j-output-bomb" in cells and not [c for c in cells if c.startswith(FORMULA_STARTS)]
-    assert "` folder '--j-output-bomb' graded as student id 'j-output-bomb' `" in (out / "summary.md").read_text()
+    assert BOMB in cells and not [c for c in cells if c.startswith(FORMULA_STARTS)]
+    assert "- ` --j-option: not graded: its name is not a valid student id: it starts or ends with '-'" in \
+        (out / "summary.md").read_text()

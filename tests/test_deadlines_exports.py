@@ -1,7 +1,10 @@
 """A small class graded with deadlines, then graded by hand, exported and graded again, end to end on the one-notebook
 toy assignment (tests/autograder_cases/toy.py): the late penalty is in grades.csv, the JSON, the feedback page and
 every export (nbgrader, Canvas, Moodle), follows a hand grade, and is recomputed, never doubled, on a re-run that
-reuses the journal and on a regrade with new extensions."""
+reuses the journal and on a regrade with new extensions. The hand-in times come from every kind of source (issue 42):
+the platform's times file, and the students' own timestamp.txt and file times, trusted here by deadlines.toml; a
+forged timestamp.txt loses to the platform's time, and a malformed one costs its student the penalty's certainty,
+never the notebook's score."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import pytest
 from autograder_cases import build, toy
 
 pytestmark = [pytest.mark.autograder, pytest.mark.slow]
-DEADLINES = 'deadline = "2026-03-01T12:00"\n[penalty]\nper = "day"\npercent = 10\nfloor = 50\ncutoff_hours = 168\n'
+DEADLINES = ('deadline = "2026-03-01T12:00"\nrelease = "2026-02-01T00:00"\nstudent_times = ["timestamp.txt", "file time"]\n'
+             '[penalty]\nper = "day"\npercent = 10\nfloor = 50\ncutoff_hours = 168\n')
 MARCH_9 = 1773100000  # 2026-03-09T23:46:40Z: past the cutoff
 
 
@@ -21,14 +25,19 @@ def course(tmp_path_factory, autograder_cli):
     tmp = tmp_path_factory.mktemp("deadlines")
     toy.write_source(tmp / "source")
     toy.write_student(tmp / "subs", "ontime", timestamp="2026-03-01 10:00:00.000000 UTC")
-    toy.write_student(tmp / "subs", "late", timestamp="2026-03-02 14:00:00.000000 UTC")  # 26 h: 2 days, 20%
+    toy.write_student(tmp / "subs", "late", timestamp="2026-03-01 10:00:00.000000 UTC")  # forged: on time
+    (tmp / "times.csv").write_text("student,submitted\nlate,2026-03-02T14:00:00Z\n")  # the LMS's: 26 h, 2 days, 20%
     toy.write_student(tmp / "subs", "extended", body=toy.ONE_MISTAKE, timestamp="2026-03-02 14:00:00.000000 UTC")
     toy.write_student(tmp / "subs", "notime", mtime=MARCH_9)  # no timestamp.txt: its file's time
+    toy.write_student(tmp / "subs", "nanstamp", timestamp="NaN")  # nbgrader scored this notebook 0
     (tmp / "deadlines.toml").write_text(DEADLINES)
     (tmp / "extensions.csv").write_text("student,notebook,until\nextended,,+48h\n")
     grade = ("grade", tmp / "subs", "--out", tmp / "out", "--source", tmp / "source", "-j", 2)
-    proc = autograder_cli(*grade, "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "extensions.csv")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = autograder_cli(*grade, "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "extensions.csv",
+                          "--times", tmp / "times.csv")
+    assert proc.returncode == 1, proc.stderr[-3000:]  # incomplete: nanstamp's hand-in time is not known
+    assert ("nanstamp: hand-in time not known, no late penalty applied: timestamp.txt holds 'NaN', which is not a "
+            "date and time") in proc.stderr
     return {"tmp": tmp, "out": tmp / "out", "grade": grade}
 
 
@@ -41,9 +50,15 @@ def test_penalty_in_grades_csv_json_and_feedback(course):
     got = {s: (r["score"], r["raw_score"], r["late_penalty"], r["hours_late"], r["time_source"])
            for s, r in rows(out).items()}
     assert got == {"ontime": ("3", "3", "0", "0.0", "timestamp.txt"),
-                   "late": ("2", "3", "1", "26.0", "timestamp.txt"),  # 20% of 5 points
+                   "late": ("2", "3", "1", "26.0", "times file (submitted)"),  # 20% of 5 points
                    "extended": ("1", "1", "0", "0.0", "timestamp.txt"),  # late, but within the extension
-                   "notime": ("0", "3", "3", "203.78", "file time (no timestamp.txt)")}  # past the cutoff
+                   "notime": ("0", "3", "3", "203.78", "file time"),  # past the cutoff
+                   "nanstamp": ("3", "3", "0", "0.0", "timestamp.txt")}  # graded; its time not known: no penalty
+    unknown = build.read_json(out / "nanstamp.json")["notebooks"][toy.NOTEBOOK]["late"]
+    assert (unknown["submitted"], unknown["writer"]) == (None, "student") and "'NaN'" in unknown["problem"]
+    assert "Your hand-in time is not known: timestamp.txt holds" in \
+        (out / "feedback" / "nanstamp" / f"{toy.NOTEBOOK}.html").read_text()
+    assert "nanstamp: hand-in time not known" in (out / "summary.md").read_text()
     record = build.read_json(out / "late.json")  # the student named "late": OUT's own files do not clash with it
     nb = record["notebooks"][toy.NOTEBOOK]
     assert (record["score"], record["raw_score"], record["late_penalty"]) == (2, 3, 1)
@@ -51,7 +66,10 @@ def test_penalty_in_grades_csv_json_and_feedback(course):
     assert build.read_json(out / "extended.json")["notebooks"][toy.NOTEBOOK]["late"]["extended"] is True
     page = (out / "feedback" / "late" / f"{toy.NOTEBOOK}.html").read_text()
     assert page.count('id="looplab-late"') == 1 and "26 h after the deadline" in page and "Points taken: 1." in page
-    assert 'id="looplab-late"' not in (out / "feedback" / "ontime" / f"{toy.NOTEBOOK}.html").read_text()
+    assert "time from times file (submitted)" in page  # every student's report names the source of their time
+    assert "(time from timestamp.txt), before the deadline" in \
+        (out / "feedback" / "ontime" / f"{toy.NOTEBOOK}.html").read_text()
+    assert not list((out / "submitted").rglob("timestamp.txt"))  # the student's file is not nbgrader's to read
 
 
 def canvas_roster(path: Path) -> Path:
@@ -67,7 +85,7 @@ def test_hand_grade_reaches_every_export_with_the_penalty(course, autograder_cli
     toy.give_by_hand(f"sqlite:///{out / 'gradebook.db'}", "late", 2)  # formgrader: raw 3 -> 5
     proc = autograder_cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
     assert proc.returncode == 1, proc.stderr  # notime has no roster row: listed, and the status says so
-    assert "1 graded submission(s) with no roster row" in proc.stderr and "notime" in proc.stderr
+    assert "2 graded submission(s) with no roster row" in proc.stderr and "nanstamp, notime" in proc.stderr
     assert "1 roster student(s) with no graded submission" in proc.stderr and "dropped" in proc.stderr
     filled = {r["SIS Login ID"]: r["Loop Lab (4242)"] for r in build.read_csv(out / "canvas_import.csv")}
     assert filled == {"": "5.00", "ontime": "3", "late": "4", "extended": "1", "dropped": ""}  # 5 - 1: not doubled
@@ -89,7 +107,7 @@ def test_hand_grade_reaches_every_export_with_the_penalty(course, autograder_cli
 def test_rerun_and_regrade_recompute_never_double(course, autograder_cli):
     out, tmp = course["out"], course["tmp"]
     proc = autograder_cli(*course["grade"])  # no flags: OUT's deadlines and extensions, every task from the journal
-    assert proc.returncode == 0 and "4 task(s) reused" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 1 and "5 task(s) reused" in proc.stderr, proc.stderr[-2000:]  # nanstamp's time
     late = rows(out)["late"]
     assert (late["score"], late["raw_score"], late["late_penalty"]) == ("4", "5", "1")  # the hand grade counts once
     autograder_cli("export", "--out", out, "--format", "canvas", "--roster", canvas_roster(tmp / "canvas.csv"))
@@ -99,12 +117,13 @@ def test_rerun_and_regrade_recompute_never_double(course, autograder_cli):
     (tmp / "ext2.csv").write_text("student,notebook,until\nextended,,+48h\nlate,00_toy,2026-03-03T00:00\n")
     (tmp / "ext2.csv").write_text((tmp / "ext2.csv").read_text() + "lat,,+1d\n")  # a typo: warned, not fatal
     proc = autograder_cli(*course["grade"], "--deadlines", tmp / "deadlines.toml", "--extensions", tmp / "ext2.csv",
-                          "--regrade", "late")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+                          "--regrade", "late", "--times", tmp / "times.csv")
+    assert proc.returncode == 1, proc.stderr[-2000:]  # nanstamp's time, as before
     assert "WARNING: extensions.csv names student 'lat', who has no submission" in proc.stderr
     got = rows(out)
     assert (got["late"]["score"], got["late"]["late_penalty"]) == ("5", "0")  # extended: no penalty now
     assert (got["notime"]["score"], got["notime"]["late_penalty"]) == ("0", "3")
     assert build.read_json(out / "late.json")["notebooks"][toy.NOTEBOOK]["late"]["extended"] is True
     page = (out / "feedback" / "late" / f"{toy.NOTEBOOK}.html").read_text()
-    assert 'id="looplab-late"' not in page
+    assert page.count('id="looplab-late"') == 1 and "before the deadline (2026-03-03T00:00:00+00:00 (with your " \
+        "extension))" in page

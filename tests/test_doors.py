@@ -263,9 +263,10 @@ def test_a_dot_named_folder_is_listed_not_dropped(hostile):
 @pytest.mark.slow
 @needs_solutions
 def test_an_id_clash_is_reported_and_the_others_graded(hostile):
-    for folder in doors.CLASHING:
+    for folder in (*doors.CLASHING, doors.BAD_NAME):
         _listed_as_not_graded(hostile, folder)
     assert hostile.rows(doors.CONTROL) == hostile.cls.control_rows
+    assert not (hostile.cls.out / "absent.json").exists()  # é.absent is not renamed into another student's id
 
 
 @pytest.mark.slow

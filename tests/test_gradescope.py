@@ -51,8 +51,9 @@ def unpacked(tmp_path_factory):
     """Gradescope's /autograder, elsewhere: the zip unpacked into ROOT/source, as Gradescope does."""
     tmp = tmp_path_factory.mktemp("gradescope")
     zip_path = tmp / "autograder.zip"
+    (tmp / "deadlines.toml").write_text(DEADLINES)
     proc = forked_graders.run_real("gradescope", "--out", zip_path, "--source", toy.write_source(tmp / "source"),
-                                   "--no-data", timeout=120)
+                                   "--no-data", "--deadlines", tmp / "deadlines.toml", timeout=120)
     assert proc.returncode == 0, proc.stderr
     root = tmp / "autograder"
     with zipfile.ZipFile(zip_path) as z:
@@ -74,11 +75,27 @@ def test_zip_holds_what_gradescope_runs(unpacked):
     assert "gradescope-run" in run_autograder and "GRADESCOPE_ROOT" in run_autograder
 
 
-def emulate(root: Path, body: str) -> dict:
-    """One Gradescope submission: the notebook in ROOT/submission, run_autograder, ROOT/results/results.json."""
+DEADLINES = 'deadline = "2026-03-01T12:00"\n[penalty]\nper = "day"\npercent = 10\n'  # the dates: Gradescope's
+ON_TIME, LATE_61H = "2026-03-01T12:59:00.000000+01:00", "2026-03-04T02:00:00.000000+01:00"
+
+
+def write_metadata(root: Path, created_at: str) -> None:
+    """Gradescope's ROOT/submission_metadata.json, its documented fields: the submission's time, the due date."""
+    (root / "submission_metadata.json").write_text(json.dumps({
+        "id": 123456, "created_at": created_at, "submission_method": "upload", "previous_submissions": [],
+        "assignment": {"due_date": "2026-03-01T13:00:00.000000+01:00", "late_due_date": None, "group_size": None,
+                       "release_date": "2026-02-15T00:00:00.000000+01:00", "title": "Loop Lab", "id": 25828,
+                       "course_id": 1234, "group_submission": False, "total_points": "5.0"},
+        "users": [{"email": "eve@uni.example", "id": 1234, "name": "Eve E"}]}))
+
+
+def emulate(root: Path, body: str, created_at: str = ON_TIME) -> dict:
+    """One Gradescope submission: the notebook in ROOT/submission, Gradescope's submission_metadata.json (its
+    documented fields: the submission's time, the due date), run_autograder, ROOT/results/results.json."""
     for folder in ("submission", "results"):
         subprocess.run(["rm", "-rf", root / folder], check=True)
     (root / "submission").mkdir(parents=True)
+    write_metadata(root, created_at)
     import nbformat
 
     nbformat.write(toy.notebook(body, "Because."), root / "submission" / f"{toy.NOTEBOOK}.ipynb")
@@ -92,8 +109,9 @@ def emulate(root: Path, body: str) -> dict:
     return results
 
 
-def check_results(results: dict, body: str, scores: dict) -> dict:
-    """The toy notebook's results.json for ``body``: its ``scores``, and what every run's results say; its tests."""
+def check_results(results: dict, body: str, scores: dict, late: bool = False) -> dict:
+    """The toy notebook's results.json for ``body``: its ``scores``, and what every run's results say (``late``:
+    handed in 61 h after Gradescope's due date, the zip's policy taking 30%); its tests."""
     tests = {t["name"].split(": ")[1]: t for t in results["tests"]}
     assert {name: t["score"] for name, t in tests.items()} == scores  # the written answer is not a test
     assert {name: t["max_score"] for name, t in tests.items()} == {"test_add": 1, "test_add_hidden": 2}
@@ -105,7 +123,15 @@ def check_results(results: dict, body: str, scores: dict) -> dict:
     if body == toy.STUB:
         assert "NotImplementedError" in tests["test_add"]["output"]
     assert "Graded by hand on Gradescope: 00_toy: answer (2 points)" in results["output"]
-    assert "score" not in results  # Gradescope sums the tests
+    if not late:
+        assert "score" not in results  # Gradescope sums the tests
+        assert "(time from Gradescope's submission time (submission_metadata.json created_at)), before the " \
+               "deadline (2026-03-01T12:00:00+00:00)" in results["output"]
+        return tests
+    assert results["score"] == 0.1  # 1 of 3 autograded points, less 30% of the 3 (grade --deadlines: the same)
+    assert "Handed in 61 h after the deadline (2026-03-01T12:00:00+00:00; time from Gradescope's submission time " \
+           "(submission_metadata.json created_at)): penalty: 30% of the notebook's points." in results["output"]
+    assert "Late penalty: 0.9 of the autograded points" in results["output"]
     return tests
 
 
@@ -115,7 +141,8 @@ def check_results(results: dict, body: str, scores: dict) -> dict:
     (toy.ONE_MISTAKE, {"test_add": 1, "test_add_hidden": 0}),
 ], ids=["stub", "one-mistake"])  # a correct one: the container test below
 def test_run_autograder_writes_gradescope_results(unpacked, body, scores):
-    check_results(emulate(unpacked["root"], body), body, scores)
+    late = body == toy.ONE_MISTAKE  # handed in 61 h after Gradescope's due date: three started days, 30%
+    check_results(emulate(unpacked["root"], body, LATE_61H if late else ON_TIME), body, scores, late)
 
 
 def test_a_submission_that_cannot_be_graded_still_gets_results(tmp_path, monkeypatch):
@@ -169,6 +196,7 @@ def container(unpacked, tmp_path_factory, autograder_cli):
     tmp = tmp_path_factory.mktemp("container")
     root = tmp / "autograder"
     shutil.copytree(unpacked["root"] / "source", root / "source", symlinks=True)
+    write_metadata(root, ON_TIME)
     toy.write_student(tmp / "subs", "honest")
     proc = autograder_cli("grade", tmp / "subs", "--out", tmp / "out", "--source", root / "source" / "loop-lab" /
                           "solutions" / "loop_lab")

@@ -94,3 +94,64 @@ def test_unknown_format_and_missing_roster_say_what_to_fix(tmp_path):
         lms.export_lms(tmp_path, "blackboard", GOLDEN / "canvas_roster.csv")
     with pytest.raises(ExportError, match="cannot be read.*download the gradebook CSV"):
         lms.read_roster(tmp_path / "nope.csv")
+
+
+MOODLE_HEADER = "First name,Last name,ID number,Email address,Assignment: Loop Lab (Real)\n"
+
+
+def moodle(tmp_path: Path, rows: str, totals, **kw) -> tuple[lms.ExportReport, dict[str, str]]:
+    """Fill a Moodle roster of ``rows``; the report and {ID number: the grade cell written}."""
+    (tmp_path / "roster.csv").write_text(MOODLE_HEADER + rows)
+    report = lms.fill(lms.read_roster(tmp_path / "roster.csv"), lms.FORMATS["moodle"], totals,
+                      dest=tmp_path / "out.csv", **kw)
+    return report, {r[2]: r[4] for r in cells(tmp_path / "out.csv")[1:]}
+
+
+def test_submissions_one_key_apart_fill_no_row_until_a_mapping_says_which(tmp_path):
+    """Issue 42: folders `Vic.Tim@x` and `vic.tim@x` are two submissions (an old gradebook can hold both) and one
+    student to Moodle's email match; the later one silently took both rows. Now neither row is filled and both are
+    named, until a mapping file pairs each submission with its row."""
+    totals = [StudentTotal("Vic.Tim@x.example", 5, 5, 0, 5), StudentTotal("vic.tim@x.example", 1, 1, 0, 5),
+              StudentTotal("ann@x.example", 4, 4, 0, 5)]
+    rows = "V,T,0001,vic.tim@x.example,-\nW,T,0002,victor.tim@x.example,-\nA,N,0003,ann@x.example,-\n"
+    report, grades = moodle(tmp_path, rows, totals)
+    assert grades == {"0001": "-", "0002": "-", "0003": "4"}  # no grade on a wrong row
+    assert report.ambiguous == ["submissions 'Vic.Tim@x.example' and 'vic.tim@x.example' are one student to moodle's "
+                                "Email address (they differ only in case or spacing): neither is written; say which "
+                                "is which with --mapping FILE (submission,Email address)"]
+    assert report.no_roster_row == [] and report.no_submission == ["victor.tim@x.example"]
+    (tmp_path / "map.csv").write_text("submission,ID number\nVic.Tim@x.example,0002\nvic.tim@x.example,0001\n"
+                                      "ann@x.example,0003\n")
+    report, grades = moodle(tmp_path, rows, totals, mapping=tmp_path / "map.csv")
+    assert grades == {"0001": "1", "0002": "5", "0003": "4"} and report.ambiguous == []
+
+
+@pytest.mark.parametrize("twin", ["ann@x.example", "Ann@X.example", "ann@x.example ", "\uff41nn@x.example"],
+                         ids=["exact", "case", "space", "nfkc"])
+def test_a_roster_key_held_by_two_rows_fills_neither(tmp_path, twin):
+    """Two roster rows whose keys Moodle takes for one (the same, by case, by a trailing space, a full-width letter):
+    both got the grade; now neither, and the report names the rows."""
+    report, grades = moodle(tmp_path, f"A,N,0003,ann@x.example,-\nA,N,0004,{twin},-\n",
+                            [StudentTotal("ann@x.example", 4, 4, 0, 5)])
+    assert grades == {"0003": "-", "0004": "-"}
+    assert report.ambiguous == ["roster rows 2 and 3 hold one Email address 'ann@x.example' (as moodle matches it): "
+                                "neither is filled; remove the stale row from the LMS's export, or match on another "
+                                "column (--match, --mapping)"]
+    assert report.no_roster_row == [] and report.written == {}
+
+
+def test_the_export_never_changes_a_cell_it_matches_on(tmp_path):
+    """The CSV-injection guard rewrote `-minus@x` in the identity column to `'-minus@x`, which Moodle no longer
+    matches: the roster's own cells come back as they were, the guard applies to the cells written."""
+    report, grades = moodle(tmp_path, "M,=1+1,0005,-minus@x.example,-\n", [StudentTotal("-minus@x.example", 3, 3, 0, 5)])
+    assert cells(tmp_path / "out.csv")[1] == ["M", "=1+1", "0005", "-minus@x.example", "3"]
+    assert report.written == {"-minus@x.example": 3}
+
+
+def test_a_mapping_naming_one_student_twice_is_refused(tmp_path):
+    (tmp_path / "map.csv").write_text("submission,ID number\nann,0003\nbob,0003 \n")
+    with pytest.raises(ExportError, match="lines 2 and 3 both name '0003'"):
+        moodle(tmp_path, "A,N,0003,ann@x.example,-\n", TOTALS, mapping=tmp_path / "map.csv")
+    (tmp_path / "map.csv").write_text("submission,ID number\nann,0003\nann,0004\n")
+    with pytest.raises(ExportError, match="lines 2 and 3 both name 'ann'"):
+        moodle(tmp_path, "A,N,0003,ann@x.example,-\n", TOTALS, mapping=tmp_path / "map.csv")

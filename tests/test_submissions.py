@@ -130,11 +130,11 @@ def test_every_folder_is_graded_or_refused_with_its_reason(world):
     (subs / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (subs / "stray.ipynb").write_text(notebook_text())
     students, refused = find(subs, tmp)
-    assert sorted(students) == ["ann"]
-    assert [r.split(":")[0] for r in refused] == ["...h2", "a b", "a_b", "stray.ipynb"]  # not .git, not __MACOSX
+    assert sorted(students) == ["a_b", "ann"]  # "a b" is not renamed into a_b's id
+    assert [r.split(":")[0] for r in refused] == ["...h2", "a b", "stray.ipynb"]  # not .git, not __MACOSX
     assert "its name starts with a dot" in refused[0]
-    assert "folders 'a b' and 'a_b' map to one student id 'a_b'" in refused[1] and refused[1][4:] == refused[2][4:]
-    assert "outside any student's folder" in refused[3]
+    assert "its name is not a valid student id: it holds ' '" in refused[1]
+    assert "outside any student's folder" in refused[2]
 
 
 def test_nothing_to_grade_says_why(world):
@@ -229,27 +229,50 @@ def test_huge_outputs_are_cleared_before_grading(tmp_path):
 HOSTILE_FOLDERS = ["--remove-files", "+1+1", "@h3+1", "-x", "=cmd|' \\C calc'!A0"]  # '/' cannot be in a name
 
 
-def test_student_ids_start_with_a_letter_or_digit(world):
-    """A folder named like a command-line option or a spreadsheet formula is graded under an id that is neither:
-    `tar czf feedback.tgz *` in OUT/feedback must not read `--remove-files` as an option, nor a spreadsheet `+1+1`
-    as a formula."""
+def test_a_folder_is_graded_under_its_own_name_or_refused_by_name(world):
+    """Issue 42 (issue 28 renamed these): a folder named like a command-line option or a formula, or with a character
+    an id cannot hold, is refused by its name, never renamed: `é.absent@x` became `absent@x`, the id of a student who
+    handed in nothing, and took their LMS row; a trailing space made a second `vic.tim@x` and got both refused."""
     tmp, _, subs = world
-    for name in HOSTILE_FOLDERS:
+    for name in HOSTILE_FOLDERS + ["é.absent@x.example", "vic.tim@x.example ", "vic.tim@x.example", "ﬁona"]:
         (subs / name).mkdir()
         (subs / name / "00_a.ipynb").write_text(notebook_text())
     students, refused = find(subs, tmp)
-    assert refused == []
-    assert sorted(students) == sorted(["ann", "remove-files", "1+1", "h3+1", "x", "cmd____C_calc__A0"])
-    assert all(s[0].isalnum() for s in students)
+    assert sorted(students) == ["ann", "vic.tim@x.example"]  # the real student is graded
+    named = {r.split(": not graded: ")[0]: r.split(": not graded: ")[1] for r in refused}
+    assert sorted(named) == sorted(HOSTILE_FOLDERS + ["é.absent@x.example", "vic.tim@x.example ", "ﬁona"])
+    assert all(why.startswith("its name is not a valid student id: ") and why.endswith("never renamed for you, "
+               "which could make it someone else's") for why in named.values())
+    assert "it holds 'é'" in named["é.absent@x.example"] and "starts or ends with '-'" in named["-x"]
     made = [p.name for p in (tmp / "intake").rglob("*")]
-    assert made and not [name for name in made if name.startswith("-")]
+    assert made and not [name for name in made if name.startswith("-") or "absent" in name]
 
 
-def test_an_id_with_no_letter_or_digit_is_still_a_name(world):
-    from autograder.course.submissions import student_id
+def test_folders_one_student_to_an_lms_are_both_refused(world):
+    """`Vic.Tim@x` and `vic.tim@x` are two folders here and one student to an LMS (emails and logins match whatever
+    their case) and to a case-insensitive disk: neither is graded, both are named, and the message says how to tell
+    them apart."""
+    tmp, _, subs = world
+    for name in ("Vic.Tim@x.example", "vic.tim@x.example"):
+        (subs / name).mkdir()
+        (subs / name / "00_a.ipynb").write_text(notebook_text())
+    students, refused = find(subs, tmp)
+    assert sorted(students) == ["ann"]
+    assert [r.split(":")[0] for r in refused] == ["Vic.Tim@x.example", "vic.tim@x.example"]
+    assert all("folders 'Vic.Tim@x.example' and 'vic.tim@x.example' differ only in case" in r and "export --mapping"
+               in r for r in refused)
 
-    assert student_id("---") == "student" and student_id("-+@") == "student"
-    assert student_id("_ann") == "ann" and student_id("ann.") == "ann"
+
+def test_a_single_notebooks_student_must_be_a_valid_id(tmp_path):
+    (tmp_path / "My Downloads").mkdir()
+    (tmp_path / "My Downloads" / "00_a.ipynb").write_text(notebook_text())
+    with pytest.raises(SubmissionsError, match="the folder holding the notebook 'My Downloads' is not a valid "
+                                               "student id.*--student ID"):
+        discover(tmp_path / "My Downloads" / "00_a.ipynb", IDS, intake=tmp_path / "intake")
+    with pytest.raises(SubmissionsError, match="--student '-x' is not a valid student id"):
+        discover(tmp_path / "My Downloads" / "00_a.ipynb", IDS, "-x", intake=tmp_path / "intake")
+    got = discover(tmp_path / "My Downloads" / "00_a.ipynb", IDS, "ann", intake=tmp_path / "intake")
+    assert got.submissions[0].student == "ann"
 
 
 def test_data_files_named_like_options_are_not_taken_in(world):

@@ -4,7 +4,8 @@ Gradescope's autograder contract is a zip holding ``setup.sh`` (run once, as roo
 ``run_autograder`` (run for every submission), unpacked into ``/autograder/source``. :func:`build_zip` (``python -m
 autograder gradescope --out autograder.zip``) packs this repository's grader and reference code, the assignment's
 source (hidden tests included: the zip goes to Gradescope, never to students), the data when this machine has it,
-and the two scripts; ``run_autograder`` calls ``python -m autograder gradescope-run`` (:mod:`autograder.gradescope`).
+the course's deadlines.toml when given (its late policy: :func:`autograder.results.handin.from_gradescope`), and the
+two scripts; ``run_autograder`` calls ``python -m autograder gradescope-run`` (:mod:`autograder.gradescope`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from ..layout import ASSIGNMENT, GRADESCOPE_ROOT_ENV as ROOT_ENV, REPO_ROOT
+from ..layout import ASSIGNMENT, GRADESCOPE_ROOT_ENV as ROOT_ENV, GRADESCOPE_DEADLINES, REPO_ROOT
 
 REPO_IN_ZIP = "loop-lab"  # the repository's folder inside /autograder/source
 DATA_IN_ZIP = "data"
@@ -55,18 +56,26 @@ def _code_files(root: Path) -> list[Path]:
                   and p.suffix != ".pyc")
 
 
-def build_zip(dest: Path, root: Path = REPO_ROOT, source: Path | None = None, data: bool = True) -> list[str]:
-    """Write Gradescope's autograder zip to ``dest``; the names it holds."""
+def build_zip(dest: Path, root: Path = REPO_ROOT, source: Path | None = None, data: bool = True,
+              deadlines: Path | None = None) -> list[str]:
+    """Write Gradescope's autograder zip to ``dest``; the names it holds. ``deadlines``: the course's deadlines.toml,
+    checked here, whose late policy run_autograder applies (its dates are Gradescope's)."""
     from labutils.data_files import RAW_FILES, find_raw_dir
 
     source = Path(source or root / "solutions" / ASSIGNMENT)
     notebooks = sorted(source.glob("*.ipynb"))
     if not notebooks:
         raise FileNotFoundError(f"{source} holds no notebooks: give the assignment's source with --source")
+    if deadlines is not None:
+        from autograder.results.late import load
+
+        load(deadlines)  # a LateConfigError now, not on every submission
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(dest, "w") as z:
         _add(z, "setup.sh", SETUP_SH.encode(), executable=True)
+        if deadlines is not None:
+            _add(z, GRADESCOPE_DEADLINES, Path(deadlines).read_bytes())
         _add(z, "run_autograder", RUN_AUTOGRADER.encode(), executable=True)
         for path in _code_files(root) + [root / f for f in PACKED_FILES]:
             _add(z, f"{REPO_IN_ZIP}/{path.relative_to(root)}", path.read_bytes())

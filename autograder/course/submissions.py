@@ -19,30 +19,36 @@ A submission may be written to attack the grader (issue 16), so it is read defen
   are reported and ignored, never guessed.
 - Every folder of SUBMISSIONS is graded or refused with its reason (:attr:`Discovery.refused`, which the grader lists
   in summary.md and its exit status): a hidden (dot-named) folder holding notebooks of the assignment, a symbolic
-  link, a folder that cannot be read, folders whose names map to one student id. The others are graded.
-- Names are chosen by an attacker too (issue 28): a student id starts with a letter or digit, and a data file or
-  folder whose name starts with '-' is not taken in, so nothing the grader creates reads as a command-line option.
+  link, a folder that cannot be read, a folder whose name is not a valid student id, folders whose names are one
+  student to an LMS (they differ only in case). The others are graded.
+- Names are chosen by an attacker too (issues 28 and 42): a folder is graded under its own name or not at all
+  (:mod:`autograder.course.identity`), and a data file or folder whose name starts with '-' is not taken in, so
+  nothing the grader creates reads as a command-line option.
+- nbgrader's ``timestamp.txt`` is written on the student's side: it is not copied beside the notebooks (nbgrader's
+  autograde would parse it and score the notebook 0 when it is malformed); its first bytes and its size are kept
+  (:attr:`Submission.timestamp`) for :mod:`autograder.results.handin`, which believes it only when the instructor
+  says so.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..layout import ASSIGNMENT
+from . import identity
 
-_SAFE_ID = re.compile(r"[^A-Za-z0-9_.@+-]")
-_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")  # an id's first and last characters: letters or digits
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY  # O_NONBLOCK: a fifo never blocks
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KINDS = {stat.S_IFIFO: "fifo (named pipe)", stat.S_IFCHR: "device", stat.S_IFBLK: "device", stat.S_IFSOCK: "socket"}
 TOOL_FOLDERS = ("__pycache__", "__MACOSX")  # made by Python and by macOS's zip: never a student's work
 NBGRADER_FOLDERS = ("source", "release", "submitted", "autograded", "feedback")  # a course root's own
+TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's submission time, beside the notebooks (written by `nbgrader submit`)
+TIMESTAMP_HEAD = 256  # bytes of it read: nbgrader writes ~30; a bigger file is refused by its size, never read
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,16 @@ class Limits:
 LIMITS = Limits()
 
 
+@dataclass(frozen=True)
+class HandedInFile:
+    """A small file of the student's that the grader reads itself rather than copies (nbgrader's timestamp.txt):
+    its first :data:`TIMESTAMP_HEAD` bytes and its size, or why it could not be read."""
+
+    head: bytes = b""
+    size: int = 0
+    problem: str = ""  # e.g. "is a folder, not a file"
+
+
 @dataclass
 class Submission:
     student: str
@@ -73,12 +89,10 @@ class Submission:
     unreadable: dict[str, str] = field(default_factory=dict)  # notebook id -> why it cannot be graded
     extra_files: list[dict] = field(default_factory=list)  # {"name": relative path, "path": the copy taken in}
     notes: list[str] = field(default_factory=list)
-    file_times: dict[str, float] = field(default_factory=dict)  # notebook id -> its mtime as handed in (lateness
-    #                                                             where there is no timestamp.txt)
+    file_times: dict[str, float] = field(default_factory=dict)  # notebook id -> its mtime as handed in (written by
+    #                                                             the student: a hand-in time only if trusted)
+    timestamp: HandedInFile | None = None  # nbgrader's timestamp.txt, if there is one
 
-    def extra_file(self, name: str) -> str | None:
-        """The taken-in copy of the extra file ``name`` (e.g. nbgrader's timestamp.txt), if handed in."""
-        return next((e["path"] for e in self.extra_files if e["name"] == name), None)
 
 
 @dataclass
@@ -95,13 +109,6 @@ class SubmissionsError(ValueError):
 
 class Refused(Exception):
     """A file that is not taken in; the message says why, as the student reads it after the file's name."""
-
-
-def student_id(name: str) -> str:
-    """A file-system- and nbgrader-safe id: letters, digits and ``_.@+-`` kept, anything else becomes ``_``; it starts
-    and ends with a letter or digit, so that it is never read as a command-line option (``--remove-files`` in
-    ``tar czf feedback.tgz *``), a hidden file, or a spreadsheet formula (``+1+1``, ``@h3+1``)."""
-    return _EDGES.sub("", _SAFE_ID.sub("_", name)) or "student"
 
 
 def _size(n: int) -> str:
@@ -283,9 +290,7 @@ def _keep(intake: Path, rel: Path, data: bytes) -> Path:
 
 
 def _collect(name: str, folder: Path, notebook_ids: list[str], intake: Path, limits: Limits) -> Submission:
-    sub = Submission(student=student_id(name), folder=folder)
-    if sub.student != name:
-        sub.notes.append(f"folder {name!r} graded as student id {sub.student!r}")
+    sub = Submission(student=name, folder=folder)  # a valid id: discover refused any other name
     fd = os.open(folder, _FOLDER)
     try:  # nbgrader's layout: <student>/loop_lab/, if it is a real folder (a link to one is refused below)
         inner = os.open(ASSIGNMENT, _FOLDER, dir_fd=fd)
@@ -304,8 +309,11 @@ def _take_folder(sub: Submission, fd: int, notebook_ids: list[str], intake: Path
     """Every notebook of the assignment and data file of the student's folder ``fd``, taken into ``intake``."""
     expected = ", ".join(n + ".ipynb" for n in notebook_ids)
     extra_bytes = 0
+    sub.timestamp = _timestamp(fd)
     with closing(_entries(fd, Path(), 0, limits, sub.notes)) as entries:
         for count, (rel, dir_fd, st) in enumerate(entries):
+            if rel.parts[0] == TIMESTAMP_FILE:
+                continue  # read by _timestamp, never copied (nor what a folder of that name holds)
             notebook = rel.suffix == ".ipynb" and len(rel.parts) == 1
             if count >= limits.files:
                 sub.notes.append(f"{rel} and later files not read: more than {limits.files:,} files in the folder")
@@ -328,6 +336,27 @@ def _take_folder(sub: Submission, fd: int, notebook_ids: list[str], intake: Path
                     sub.unreadable[rel.stem] = f"{rel} {_why(exc)}"
                 else:
                     sub.notes.append(f"{rel} {_why(exc)}: not copied beside the notebooks")
+
+
+def _timestamp(fd: int) -> HandedInFile | None:
+    """nbgrader's timestamp.txt in the student's folder ``fd``: its first bytes and its size (a 50 MB one costs the
+    grader one small read), or why it cannot be read; None if there is none."""
+    try:
+        st = os.stat(TIMESTAMP_FILE, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    problem = "is a folder, not a file" if stat.S_ISDIR(st.st_mode) else \
+        _not_regular(st, os.readlink(TIMESTAMP_FILE, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else "")
+    if problem:
+        return HandedInFile(size=st.st_size, problem=problem)
+    try:
+        handle = os.open(TIMESTAMP_FILE, _READ, dir_fd=fd)
+        try:
+            return HandedInFile(head=os.read(handle, TIMESTAMP_HEAD), size=os.fstat(handle).st_size)
+        finally:
+            os.close(handle)
+    except OSError as exc:
+        return HandedInFile(problem=f"could not be read ({type(exc).__name__}: {exc.strerror})")
 
 
 def _take(sub: Submission, rel: Path, dir_fd: int, intake: Path, limits: Limits) -> None:
@@ -396,24 +425,30 @@ def discover(path: Path, notebook_ids: list[str], student: str | None = None, *,
     if path.is_file():
         return Discovery([_single(path, notebook_ids, student, intake, limits)])
     root, refused = _students_root(path, notebook_ids)
-    folders: dict[str, list[str]] = {}
+    names = []
     with os.scandir(root) as it:
         for entry in sorted(it, key=lambda e: e.name):
             why = _not_a_student(entry, notebook_ids)
+            if why is None and (bad := identity.why_not_an_id(entry.name)):
+                why = (f"its name is not a valid student id: {bad}. Rename the folder to the student's id (their "
+                       "login, as the LMS knows them); it is never renamed for you, which could make it someone "
+                       "else's")
             if why is None:
-                folders.setdefault(student_id(entry.name), []).append(entry.name)
+                names.append(entry.name)
             elif why:
                 refused.append(f"{entry.name}: not graded: {why}")
+    for clash in identity.clashes((name, name) for name in names).values():
+        refused += [f"{name}: not graded: folders {' and '.join(map(repr, clash))} differ only in case, so an LMS "
+                    "(and a case-insensitive disk) takes them for one student. If they are two students, rename "
+                    "the folders to ids that differ otherwise and pair each with its roster row in `export "
+                    "--mapping`; if one is a stale copy, remove it" for name in clash]
+        names = [n for n in names if n not in clash]
     subs = []
-    for sid, names in sorted(folders.items()):
-        if len(names) > 1:
-            refused += [f"{name}: not graded: folders {' and '.join(map(repr, names))} map to one student id "
-                        f"{sid!r}; rename them so that their ids differ" for name in names]
-            continue
+    for name in names:
         try:
-            subs.append(_collect(names[0], root / names[0], notebook_ids, intake, limits))
+            subs.append(_collect(name, root / name, notebook_ids, intake, limits))
         except OSError as exc:
-            refused.append(f"{names[0]}: not graded: it could not be read ({type(exc).__name__}: {exc})")
+            refused.append(f"{name}: not graded: it could not be read ({type(exc).__name__}: {exc})")
     refused.sort()
     if not subs:
         loose = sorted(p.name for p in root.glob("*.ipynb"))
@@ -430,7 +465,11 @@ def _single(path: Path, notebook_ids: list[str], student: str | None, intake: Pa
     if path.stem not in notebook_ids:
         raise SubmissionsError(f"{path.name} is not a notebook of this assignment: expected one of "
                                f"{', '.join(n + '.ipynb' for n in notebook_ids)}")
-    sub = Submission(student=student_id(student or path.parent.resolve().name), folder=None)
+    name = student or path.parent.resolve().name
+    if bad := identity.why_not_an_id(name):
+        raise SubmissionsError(f"{'--student' if student else 'the folder holding the notebook'} {name!r} is not a "
+                               f"valid student id: {bad}; give the student's id with --student ID")
+    sub = Submission(student=name, folder=None)
     fd = os.open(path.parent, _FOLDER)
     try:
         _take(sub, Path(path.name), fd, intake / sub.student, limits)

@@ -30,12 +30,15 @@ def neutralise(value: object) -> object:
     return value
 
 
-def csv_lines(rows: Iterable[Iterable[object]]) -> str:
+def csv_lines(rows: Iterable[Iterable[object]], *, as_read: bool = False) -> str:
     """The CSV text of ``rows`` (lists of cells, a header among them or not), every cell through :func:`neutralise`
-    and None written as empty (csv's default dialect: \\r\\n line ends, quoting where a cell needs it)."""
+    and None written as empty (csv's default dialect: \\r\\n line ends, quoting where a cell needs it).
+    ``as_read``: the cells are another program's, read from its file (an LMS's roster) and written back for it to
+    read again: they are left as they are (a changed identity cell such as ``-minus@x`` would no longer match its
+    student); the caller neutralises the cells it writes itself."""
     table = io.StringIO(newline="")
     csv.writer(table, lineterminator="\r\n").writerows(
-        ["" if cell is None else neutralise(cell) for cell in row] for row in rows)
+        ["" if cell is None else cell if as_read else neutralise(cell) for cell in row] for row in rows)
     return table.getvalue()
 
 

@@ -52,7 +52,7 @@ def store_penalties(db_url: str, students: list[str], notebooks: list[str],
     with Gradebook(db_url) as gb:
         for student in students:
             submission = gb.find_submission(ASSIGNMENT, student)
-            times = [lateness[(student, nb)].submitted for nb in notebooks if (student, nb) in lateness]
+            times = [x.submitted for nb in notebooks if (x := lateness.get((student, nb))) and x.submitted]
             submission.timestamp = datetime.fromisoformat(max(times)).replace(tzinfo=None) if times else None
             for nb in notebooks:
                 sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)

@@ -8,15 +8,19 @@ therefore never folded into a score: it is kept apart as the share of the notebo
 the raw score it reads at that moment (:func:`penalty_points`). A regrade or a re-run recomputes it from the same
 facts; nothing is ever subtracted twice.
 
-The instructor writes two small files (``docs/instructor.md``):
+The instructor writes small files (``docs/instructor.md``):
 
 - ``deadlines.toml``: the assignment's deadline, per-notebook deadlines, the timezone of those written without an
-  offset, and the ``[penalty]`` policy (:class:`Policy`);
+  offset, the ``[penalty]`` policy (:class:`Policy`), and, only to believe hand-in times written on the students'
+  side, ``student_times`` with the ``release`` they are checked against (:mod:`.handin`);
 - ``extensions.csv``: ``student,notebook,until`` rows (notebook blank: every notebook; until: a date-time or ``+48h``
-  / ``+2d`` after the deadline).
+  / ``+2d`` after the deadline);
+- the hand-in times (``--times``): the LMS's export of its submission times, or the instructor's own file
+  (:func:`autograder.results.handin.read_times`). When each student handed in is :mod:`.handin`'s to say.
 
-``grade --deadlines FILE [--extensions FILE]`` copies them into OUT (:data:`DEADLINES_NAME`, :data:`EXTENSIONS_NAME`)
-so that a re-run and every export use the same ones, and writes each task's :class:`Lateness` to :data:`LATE_NAME`.
+``grade --deadlines FILE [--extensions FILE] [--times FILE]`` copies them into OUT (:data:`DEADLINES_NAME`,
+:data:`EXTENSIONS_NAME`, :data:`TIMES_NAME`) so that a re-run and every export use the same ones, and writes each
+task's :class:`Lateness` to :data:`LATE_NAME`.
 """
 
 from __future__ import annotations
@@ -28,18 +32,20 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from labutils.atomic import write_atomically
 
+if TYPE_CHECKING:
+    from .handin import HandIn
+
 DEADLINES_NAME = "deadlines.toml"
 EXTENSIONS_NAME = "extensions.csv"
+TIMES_NAME = "times.csv"  # OUT's copy of --times
 LATE_NAME = ".lateness.json"  # a dot: no student id starts with one, and OUT/<student>.json are the students'
-TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's submission time, beside the notebooks
-FROM_TIMESTAMP = "timestamp.txt"
-FROM_FILE_TIME = "file time (no timestamp.txt)"
 PER = {"none": None, "hour": 3600.0, "day": 86400.0}  # a started hour/day counts whole, as Canvas counts days
 
 
@@ -85,6 +91,11 @@ class Deadlines:
     notebooks: dict[str, datetime] = field(default_factory=dict)
     policy: Policy = Policy()
     extensions: list[Extension] = field(default_factory=list)
+    zone: tzinfo = timezone.utc  # the course's timezone (deadlines.toml's ``timezone``)
+    times: dict[str, HandIn] = field(default_factory=dict)  # the platform's hand-in times, by student id (--times)
+    student_times: tuple[str, ...] = ()  # hand-in times written on the student's side that the instructor trusts
+    release: datetime | None = None  # when the assignment was released: a trusted student time must be later
+    collected: datetime | None = None  # when it was collected (None: when the run started): nor may it be later
 
     def due(self, student: str, notebook: str) -> tuple[datetime | None, bool]:
         """(when ``student``'s ``notebook`` is due, extensions applied; whether an extension moved it)."""
@@ -102,18 +113,26 @@ class Lateness:
 
     student: str
     notebook: str
-    submitted: str | None  # ISO 8601, UTC
-    source: str  # FROM_TIMESTAMP or FROM_FILE_TIME
+    submitted: str | None  # ISO 8601, UTC; None: not known (``problem`` says why)
+    source: str  # where the time comes from (autograder.results.handin), e.g. "times file" or "timestamp.txt"
     due: str | None  # ISO 8601, UTC, extension applied
     extended: bool
     hours_late: float
     fraction: float  # of the notebook's points
+    writer: str = ""  # who wrote the time: "platform" (the LMS, Gradescope, the instructor) or "student"
+    problem: str = ""  # why the hand-in time is not known: then no penalty, and the run is incomplete
 
     def describe(self) -> str:
-        """One sentence for the student's JSON and feedback page (facts stay in the fields)."""
-        if self.hours_late <= 0:
+        """One sentence for the student's JSON and feedback page, naming where their time comes from (facts stay
+        in the fields); "" without a deadline."""
+        if self.problem:
+            return (f"Your hand-in time is not known: {self.problem}. No late penalty has been applied; your "
+                    "instructor has been told.")
+        if self.due is None:
             return ""
         ext = " (with your extension)" if self.extended else ""
+        if self.hours_late <= 0:
+            return f"Handed in {self.submitted} (time from {self.source}), before the deadline ({self.due}{ext})."
         cost = ("it scores 0" if self.fraction >= 1 else
                 f"penalty: {self.fraction * 100:g}% of the notebook's points" if self.fraction else "no penalty")
         return f"Handed in {self.hours_late:g} h after the deadline ({self.due}{ext}; time from {self.source}): {cost}."
@@ -128,17 +147,18 @@ def penalty_points(late: Lateness | None, raw: float, max_score: float) -> float
 
 # --- reading the instructor's files ------------------------------------------------------------------------------------
 
-_DEADLINE_KEYS = {"timezone", "deadline", "notebooks", "penalty"}
+_DEADLINE_KEYS = {"timezone", "deadline", "notebooks", "penalty", "release", "collected", "student_times"}
 _EXTRA = re.compile(r"^\+\s*(\d+(?:\.\d+)?)\s*([hd])$")
 
 
-def _when(text, zone: ZoneInfo, where: str) -> datetime:
-    """A date-time as written by the instructor (ISO 8601; no offset: ``zone``), in UTC."""
+def instructor_time(text, zone: tzinfo, where: str) -> datetime:
+    """A date-time as written by the instructor (ISO 8601; no offset: ``zone``), in UTC; :class:`LateConfigError`
+    naming ``where`` and the fix."""
     if isinstance(text, datetime):
         value = text
     else:
         try:
-            value = datetime.fromisoformat(str(text).strip())
+            value = datetime.fromisoformat(str(text).strip()[:64])  # longer is no date-time; fromisoformat is linear
         except ValueError:
             raise LateConfigError(f"{where}: {text!r} is not a date-time: write it as 2026-03-01T23:59 "
                                   "(or with an offset, 2026-03-01T23:59+01:00)") from None
@@ -183,10 +203,26 @@ def read_deadlines(path: Path) -> tuple[Deadlines, ZoneInfo]:
         policy = _policy(data.get("penalty", {}), str(path))
     except TypeError as exc:
         raise LateConfigError(f"{path} [penalty]: {exc}") from None
-    return Deadlines(deadline=_when(data["deadline"], zone, str(path)) if "deadline" in data else None,
-                     notebooks={nb: _when(v, zone, f"{path} [notebooks] {nb}")
-                                for nb, v in data.get("notebooks", {}).items()},
-                     policy=policy), zone
+    when = {k: instructor_time(data[k], zone, f"{path} {k}") if k in data else None
+            for k in ("deadline", "release", "collected")}
+    return Deadlines(deadline=when["deadline"], notebooks={nb: instructor_time(v, zone, f"{path} [notebooks] {nb}")
+                                                           for nb, v in data.get("notebooks", {}).items()},
+                     policy=policy, zone=zone, release=when["release"], collected=when["collected"],
+                     student_times=_student_times(data, when["release"], path)), zone
+
+
+def _student_times(data: dict, release: datetime | None, path: Path) -> tuple[str, ...]:
+    """deadlines.toml's ``student_times``: the hand-in times written on the students' side the instructor trusts."""
+    from .handin import STUDENT_SOURCES
+
+    kinds = data.get("student_times", [])
+    if not isinstance(kinds, list) or not set(kinds) <= set(STUDENT_SOURCES) or len(set(kinds)) != len(kinds):
+        raise LateConfigError(f"{path}: student_times = {kinds!r}; list some of {', '.join(map(repr, STUDENT_SOURCES))}"
+                              ", in the order to try them (see docs/grading.md: the students write these times)")
+    if kinds and release is None:
+        raise LateConfigError(f"{path}: student_times needs release = <when the assignment was released>: a time "
+                              "the student's side wrote is believed only between the release and the collection")
+    return tuple(kinds)
 
 
 def read_extensions(path: Path, zone: ZoneInfo) -> list[Extension]:
@@ -209,55 +245,41 @@ def read_extensions(path: Path, zone: ZoneInfo) -> list[Extension]:
             amount = float(extra.group(1))
             out.append(Extension(student, notebook, extra=timedelta(hours=amount * (24 if extra.group(2) == "d" else 1))))
         else:
-            out.append(Extension(student, notebook, until=_when(until, zone, where)))
+            out.append(Extension(student, notebook, until=instructor_time(until, zone, where)))
     return out
 
 
-def load(deadlines: Path | None, extensions: Path | None = None) -> Deadlines | None:
-    """The course's deadlines with their extensions; None when there is no deadlines file (no deadline at all)."""
+def load(deadlines: Path | None, extensions: Path | None = None, times: Path | None = None) -> Deadlines | None:
+    """The course's deadlines with their extensions and the platform's hand-in times; None when there is no
+    deadlines file (no deadline at all)."""
     if deadlines is None:
-        if extensions is not None:
-            raise LateConfigError("--extensions needs --deadlines (an extension moves a deadline)")
+        if extensions is not None or times is not None:
+            raise LateConfigError("--extensions and --times need --deadlines (they move or meet a deadline)")
         return None
     found, zone = read_deadlines(deadlines)
     if extensions is not None:
         found.extensions = read_extensions(extensions, zone)
+    if times is not None:
+        from .handin import read_times
+
+        found.times = read_times(times, zone)
     return found
 
 
-# --- when each notebook was handed in ----------------------------------------------------------------------------------
+# --- lateness -----------------------------------------------------------------------------------------------------------
 
 
-def parse_timestamp(text: str) -> datetime | None:
-    """nbgrader's ``timestamp.txt`` (``2026-03-01 12:00:00.000000 UTC``, or any ISO date-time) in UTC; None if not
-    one."""
-    from nbgrader.utils import parse_utc
-
-    try:
-        return parse_utc(text.strip()).replace(tzinfo=timezone.utc)
-    except (ValueError, OverflowError, TypeError):
-        return None
-
-
-def handed_in(timestamp_file: str | None, file_times: dict[str, float]) -> dict[str, tuple[datetime, str]]:
-    """When each notebook was handed in: nbgrader's ``timestamp.txt`` (the path of its copy) for all of them, else
-    each notebook file's own modification time (said so in the source)."""
-    if timestamp_file:
-        when = parse_timestamp(Path(timestamp_file).read_text(encoding="utf-8", errors="replace"))
-        if when is not None:
-            return {nb: (when, FROM_TIMESTAMP) for nb in file_times}
-    return {nb: (datetime.fromtimestamp(t, timezone.utc), FROM_FILE_TIME) for nb, t in file_times.items()}
-
-
-def assess(course: Deadlines, student: str, handed_in: dict[str, tuple[datetime, str]]) -> list[Lateness]:
-    """Each notebook ``student`` handed in ({notebook: (when, its source)}) against its deadline."""
+def assess(course: Deadlines, student: str, handed_in: dict[str, HandIn]) -> list[Lateness]:
+    """Each notebook ``student`` handed in ({notebook: when, by :mod:`.handin`}) against its deadline; a notebook
+    whose time is not known costs nothing and carries the reason."""
     out = []
-    for nb, (when, source) in sorted(handed_in.items()):
+    for nb, hand in sorted(handed_in.items()):
         due, extended = course.due(student, nb)
-        late_s = (when - due).total_seconds() if due is not None else 0.0
-        out.append(Lateness(student=student, notebook=nb, submitted=when.isoformat(), source=source,
-                            due=due.isoformat() if due else None, extended=extended,
-                            hours_late=round(max(0.0, late_s) / 3600, 2), fraction=course.policy.fraction(late_s)))
+        late_s = (hand.when - due).total_seconds() if due is not None and hand.when is not None else 0.0
+        out.append(Lateness(student=student, notebook=nb, submitted=hand.when.isoformat() if hand.when else None,
+                            source=hand.source, due=due.isoformat() if due else None, extended=extended,
+                            hours_late=round(max(0.0, late_s) / 3600, 2), fraction=course.policy.fraction(late_s),
+                            writer=hand.writer, problem=hand.problem))
     return out
 
 
@@ -271,6 +293,9 @@ def unknown_names(course: Deadlines, students: list[str], notebooks: list[str]) 
     lines += [f"{EXTENSIONS_NAME} names notebook {nb!r} for {s!r}: not a notebook of the assignment"
               for s, nb in sorted({(e.student, e.notebook) for e in course.extensions if e.notebook})
               if nb not in notebooks]
+    lines += [f"the times file gives a hand-in time for {s!r}, who has no submission here: check the spelling, or "
+              "whether their folder is missing" for s in sorted(s for s, hand in course.times.items()
+                                                                 if hand.when is not None and s not in students)]
     return lines
 
 
@@ -291,20 +316,30 @@ def read_saved(out: Path) -> dict[tuple[str, str], Lateness] | None:
     return {(x["student"], x["notebook"]): Lateness(**x) for x in json.loads(path.read_text())}
 
 
-def for_run(out: Path, deadlines: Path | None, extensions: Path | None) -> Deadlines | None:
+def for_run(out: Path, deadlines: Path | None, extensions: Path | None, times: Path | None = None) -> Deadlines | None:
     """The deadlines a ``grade`` run into ``out`` applies: the files given (checked, then copied into OUT, replacing
     its copies), else OUT's copies from an earlier run, else none. Read before anything is graded, so a malformed
-    file stops the run at once."""
+    file, or deadlines with no hand-in time to meet them, stops the run at once."""
     out = Path(out)
-    if deadlines is None and extensions is None:
+    given = {EXTENSIONS_NAME: extensions, TIMES_NAME: times}
+    if deadlines is None and extensions is None and times is None:
         kept = out / DEADLINES_NAME
-        return load(kept, out / EXTENSIONS_NAME if (out / EXTENSIONS_NAME).exists() else None) if kept.exists() \
-            else None
-    found = load(deadlines, extensions)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomically(out / DEADLINES_NAME, Path(deadlines).read_bytes())
-    if extensions is None:
-        (out / EXTENSIONS_NAME).unlink(missing_ok=True)
+        if not kept.exists():
+            return None
+        given = {name: out / name if (out / name).exists() else None for name in given}
+        found = load(kept, given[EXTENSIONS_NAME], given[TIMES_NAME])
     else:
-        write_atomically(out / EXTENSIONS_NAME, Path(extensions).read_bytes())
+        found = load(deadlines, extensions, times)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomically(out / DEADLINES_NAME, Path(deadlines).read_bytes())
+        for name, path in given.items():
+            if path is None:
+                (out / name).unlink(missing_ok=True)
+            else:
+                write_atomically(out / name, Path(path).read_bytes())
+    if not found.times and not found.student_times:
+        raise LateConfigError("deadlines need the hand-in times to meet them: give --times FILE (the LMS's export of "
+                              "its submission times, or your own student,submitted file), or, to believe the times "
+                              "the students' side writes (nbgrader's timestamp.txt, file times), add student_times "
+                              "and release to deadlines.toml (docs/grading.md)")
     return found

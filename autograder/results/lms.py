@@ -8,6 +8,13 @@ and column stays as the LMS wrote it. The roster is matched to the submission fo
 chooses (:data:`FORMATS`: a login, an email, an id number, or a mapping file); a roster student with no submission
 and a submission with no roster row are both listed (:class:`ExportReport`), never dropped silently.
 
+Identity is exact and a clash is never guessed (issue 42): the key is matched as the LMS matches it
+(:func:`autograder.course.identity.key`: case, Unicode compatibility forms, spacing), so two submissions one key
+would match (``Vic.Tim@x`` and ``vic.tim@x``) fill no row until a mapping file names each, and two roster rows
+holding one key are both left alone; each is reported (:attr:`ExportReport.ambiguous`). A roster cell is written
+back as it was read: the CSV-injection guard applies to the cells the export writes, not to the identity it
+matched on.
+
 - Canvas (Grades > Export): ``Student, ID, SIS User ID, SIS Login ID, Section, <assignment> (<id>), ...`` with a
   ``Points Possible`` row under the header; Canvas matches rows on ``ID`` / ``SIS User ID`` / ``SIS Login ID`` and
   ignores its read-only columns (totals) on import.
@@ -24,10 +31,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.course import identity
 from autograder.layout import ASSIGNMENT
 
 from labutils.atomic import write_atomically
-from .csvcells import csv_lines
+from .csvcells import csv_lines, neutralise
 
 ASSIGNMENT_TITLE = "Loop Lab"  # the assignment's name in the LMS, as the column is found by default
 
@@ -73,6 +81,7 @@ class ExportReport:
     written: dict[str, float] = field(default_factory=dict)  # submission id -> score written
     no_submission: list[str] = field(default_factory=list)  # roster keys with no graded submission
     no_roster_row: list[str] = field(default_factory=list)  # submission ids that are in no roster row
+    ambiguous: list[str] = field(default_factory=list)  # clashing submissions or roster rows: nothing written for them
     notes: list[str] = field(default_factory=list)
 
 
@@ -126,7 +135,8 @@ def find_column(roster: Roster, wanted: str | None) -> str:
 
 
 def read_mapping(path: Path, roster: Roster) -> tuple[str, dict[str, str]]:
-    """A mapping file ``submission,<roster column>``: (that roster column, {its value: submission id})."""
+    """A mapping file ``submission,<roster column>``: (that roster column, {its value's key: submission id}); a
+    submission or a value named twice is refused (the file is how the instructor says which is which)."""
     try:
         rows = list(csv.reader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"), newline="")))
     except (OSError, UnicodeDecodeError) as exc:
@@ -134,11 +144,17 @@ def read_mapping(path: Path, roster: Roster) -> tuple[str, dict[str, str]]:
     if not rows or len(rows[0]) != 2 or rows[0][0] != "submission" or rows[0][1] not in roster.header:
         raise ExportError(f"{path}: its header must be submission,<a roster column> (e.g. submission,SIS User ID); "
                           f"the roster's columns: {', '.join(roster.header)}")
-    mapping = {}
+    mapping, lines = {}, {}
     for line, row in enumerate(rows[1:], start=2):
         if len(row) != 2 or not row[0].strip() or not row[1].strip():
             raise ExportError(f"{path} line {line}: two cells needed, a submission folder and its roster value")
-        mapping[row[1].strip()] = row[0].strip()
+        submission, value = row[0].strip(), identity.key(row[1])
+        for name, seen in ((submission, lines.get(submission)), (value, lines.get(("value", value)))):
+            if seen:
+                raise ExportError(f"{path} lines {seen} and {line} both name {name!r} (roster values are matched "
+                                  "as the LMS matches them: case and spacing ignored): one line per student")
+        lines[submission], lines[("value", value)] = line, line
+        mapping[value] = submission
     return rows[0][1], mapping
 
 
@@ -168,25 +184,41 @@ def fill(roster: Roster, lms: LmsFormat, totals: list[StudentTotal], *, match: s
         if key_column not in roster.header:
             raise ExportError(f"the roster has no {key_column!r} column to match --match {key} on: export it from "
                               f"{lms.name} with that column, choose another --match, or give --mapping FILE")
-    fold = lambda s: s.strip().lower()  # noqa: E731 (logins and emails are matched whatever their case)
-    by_id = {fold(t.student): t for t in totals}
     report = ExportReport(dest=dest, column=target)
     col, at = roster.column(key_column), roster.column(target)
-    for i in _student_rows(roster, lms):
-        row = roster.rows[i]
-        value = row[col] if col < len(row) else ""
-        sid = by_value.get(value.strip()) if by_value is not None else value
-        total = by_id.get(fold(sid)) if sid else None
-        if total is None:
-            report.no_submission.append(value or f"row {i + 2} (no {key_column})")
+    students = _student_rows(roster, lms)
+    value = {i: roster.rows[i][col] if col < len(roster.rows[i]) else "" for i in students}
+    held = identity.clashes((i, value[i]) for i in students if value[i].strip())
+    report.ambiguous += [f"roster rows {' and '.join(str(i + 2) for i in rows)} hold one {key_column} "
+                         f"{value[rows[0]]!r} (as {lms.name} matches it): neither is filled; remove the stale row "
+                         "from the LMS's export, or match on another column (--match, --mapping)"
+                         for rows in held.values()]
+    clashing = {} if by_value is not None else identity.clashes((t.student, t.student) for t in totals)
+    report.ambiguous += [f"submissions {' and '.join(map(repr, ids))} are one student to {lms.name}'s "
+                         f"{key_column} (they differ only in case or spacing): neither is written; say which is which "
+                         f"with --mapping FILE (submission,{key_column})" for ids in clashing.values()]
+    by_id = {t.student: t for t in totals}
+    by_key = {identity.key(t.student): t for t in totals} if by_value is None else \
+        {k: by_id[sid] for k, sid in by_value.items() if sid in by_id}  # a mapping names each submission exactly
+    withheld = {s for ids in clashing.values() for s in ids}
+    for i in students:
+        k = identity.key(value[i])
+        total = by_key.get(k) if value[i].strip() else None
+        if k in held or k in clashing:
+            if total is not None:
+                withheld.add(total.student)
             continue
+        if total is None:
+            report.no_submission.append(value[i] or f"row {i + 2} (no {key_column})")
+            continue
+        row = roster.rows[i]
         row.extend([""] * (at + 1 - len(row)))
-        row[at] = _fmt(total.score)
+        row[at] = neutralise(_fmt(total.score))
         report.written[total.student] = total.score
-    report.no_roster_row = sorted(t.student for t in totals if t.student not in report.written)
+    report.no_roster_row = sorted(t.student for t in totals if t.student not in withheld and t.student not in report.written)
     _check_points(roster, lms, at, totals, report)
     write_atomically(dest, (b"\xef\xbb\xbf" if roster.bom else b"") +
-                     csv_lines([roster.header, *roster.rows]).encode("utf-8"))
+                     csv_lines([roster.header, *roster.rows], as_read=True).encode("utf-8"))
     return report
 
 

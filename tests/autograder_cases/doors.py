@@ -35,7 +35,8 @@ HARDLINKED_NOTEBOOK = "hardlink-notebook"  # door 3: 02 is a second name of the 
 HARDLINKED_EXTRA = "hardlink-extra"  # door 3: a data file that is the solution notebook, read by the release
 SPECIAL_FILES = "special-files"  # door 3: a fifo, a device and a socket named as notebooks
 DOT_NAMED = "...h2"  # door 6: a folder whose name starts with dots
-CLASHING = ("a b", "a_b")  # door 5: two folders, one student id
+CLASHING = ("Clash.Twin", "clash.twin")  # door 5: two folders, one student to an LMS (issue 42)
+BAD_NAME = "é.absent"  # not a valid id: refused by name, never renamed into absent's (issue 42)
 DEEP_JSON = "deep-json"  # door 5: 02 nested 10,000 deep; its 03 is the solution and must be graded
 MANY_CELLS = "many-cells"  # door 7: 02 with 50,000 one-line cells before its tests
 HUGE_OUTPUT = "huge-output"  # absurd: 02 with 200 MB of text in one output
@@ -84,7 +85,7 @@ def write_hostile_class(root: Path, repo: Path) -> HostileClass:
             sol["02_scheduler"], "train_one_epoch", zygote_attack(out, subs / CONTROL, project), after=True)}),
         build.Student(FORGER, "door 2", {"02_scheduler": forger(rel["02_scheduler"], tests)}),
         build.Student(DOT_NAMED, "door 6", {"02_scheduler": sol["02_scheduler"]}),
-        *[build.Student(name, "door 5", {"02_scheduler": sol["02_scheduler"]}) for name in CLASHING],
+        *[build.Student(name, "door 5", {"02_scheduler": sol["02_scheduler"]}) for name in (*CLASHING, BAD_NAME)],
         build.Student(DEEP_JSON, "door 5", {"02_scheduler": deep_notebook(sol["02_scheduler"], DEEP),
                                             "03_clipping": sol["03_clipping"]}),
         build.Student(MANY_CELLS, "door 7", {"02_scheduler": many_cells(sol["02_scheduler"], CELLS)}),
@@ -98,7 +99,7 @@ def write_hostile_class(root: Path, repo: Path) -> HostileClass:
     return HostileClass(root=root, project=project, submissions=subs, out=out, tests=tests,
                         control_rows=build.expected_grades([control], tests),
                         leak_hash=_sha256(LEAK_SALT.encode() + (solutions / "02_scheduler.ipynb").read_bytes()),
-                        refused=[DOT_NAMED, *CLASHING, SYMLINKED_TOP])
+                        refused=[DOT_NAMED, *CLASHING, BAD_NAME, SYMLINKED_TOP])
 
 
 def _sha256(data: bytes) -> str:

@@ -259,7 +259,7 @@ def test_folders_one_student_to_an_lms_are_both_refused(world):
     students, refused = find(subs, tmp)
     assert sorted(students) == ["ann"]
     assert [r.split(":")[0] for r in refused] == ["Vic.Tim@x.example", "vic.tim@x.example"]
-    assert all("folders 'Vic.Tim@x.example' and 'vic.tim@x.example' differ only in case" in r and "export --mapping"
+    assert all("folders 'Vic.Tim@x.example' and 'vic.tim@x.example' differ only in case" in r and "--mapping"
                in r for r in refused)
 
 

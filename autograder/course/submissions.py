@@ -440,8 +440,8 @@ def discover(path: Path, notebook_ids: list[str], student: str | None = None, *,
     for clash in identity.clashes((name, name) for name in names).values():
         refused += [f"{name}: not graded: folders {' and '.join(map(repr, clash))} differ only in case, so an LMS "
                     "(and a case-insensitive disk) takes them for one student. If they are two students, rename "
-                    "the folders to ids that differ otherwise and pair each with its roster row in `export "
-                    "--mapping`; if one is a stale copy, remove it" for name in clash]
+                    "the folders to ids that differ otherwise and pair each with its roster row in the LMS export's "
+                    "--mapping; if one is a stale copy, remove it" for name in clash]
         names = [n for n in names if n not in clash]
     subs = []
     for name in names:

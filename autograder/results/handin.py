@@ -2,17 +2,14 @@
 
 Every source, and who writes it:
 
-=================================================================  ===========  ==========================================
-source                                                             written by   used
-=================================================================  ===========  ==========================================
-``--times FILE``: the LMS's export of its submission times          platform     by default
-(Moodle's grading worksheet, column "Last modified (submission)"),
-or the instructor's own ``student,submitted`` file
-Gradescope's ``submission_metadata.json`` (``created_at``)          platform     on Gradescope (:func:`from_gradescope`)
-nbgrader's ``timestamp.txt``                                        student      only if deadlines.toml lists it in
-                                                                                 ``student_times``
-a notebook's file time (its mtime as handed in)                     student      likewise (``"file time"``)
-=================================================================  ===========  ==========================================
+- ``--times FILE``: the LMS's export of its submission times (Moodle's grading worksheet, column "Last modified
+  (submission)"), or the instructor's own ``student,submitted`` file (:func:`read_times`). Written by the platform
+  or the instructor; used by default.
+- Gradescope's ``submission_metadata.json`` (``created_at``, the due date, the student's extension). Written by
+  Gradescope; used on Gradescope (:func:`from_gradescope`).
+- nbgrader's ``timestamp.txt``. Written on the student's side; used only if deadlines.toml lists it in
+  ``student_times``.
+- A notebook's file time (its mtime as handed in). Written by the student; likewise (``"file time"``).
 
 ``nbgrader submit`` runs on the student's side, as the student, and writes ``timestamp.txt`` into a folder the
 student can write; any zip tool sets a file's time. So a student's own time is used only when the instructor opts
@@ -25,7 +22,7 @@ says it is incomplete; it never falls back silently to another source, and never
 
 Parsing is bounded: a student's file is at most :data:`~autograder.course.submissions.TIMESTAMP_HEAD` bytes (a bigger
 one is refused by its size, unread) and parsed once per student by a fixed pattern, no dateutil (whose parse is
-quadratic: a 1 MB timestamp.txt held the class ~97 s).
+quadratic: nbgrader's parse_utc took 0.11 CPU-s on 50 KB and 1.5 on 200 KB).
 """
 
 from __future__ import annotations
@@ -122,7 +119,8 @@ def read_times(path: Path, zone: tzinfo) -> dict[str, HandIn]:
                       "instructor can give it in that file") if cell in NO_TIME else \
             HandIn(_platform_time(cell, zone, where), source, PLATFORM)
         if student in found:
-            raise LateConfigError(f"{path}: lines {found[student][0]} and {line} both give {student!r} a time: keep one")
+            raise LateConfigError(f"{path}: lines {found[student][0]} and {line} both give {student!r} a time: "
+                                  "keep one")
         found[student] = (line, hand)
     for clash in identity.clashes((s, s) for s in found).values():
         raise LateConfigError(f"{path}: lines {' and '.join(str(found[s][0]) for s in clash)} name "
@@ -247,7 +245,7 @@ def _plausible(when: datetime, source: str, window: Window, said: str) -> HandIn
     return HandIn(when, source, STUDENT)
 
 
-# --- one student ---------------------------------------------------------------------------------------------------------
+# --- one student -------------------------------------------------------------------------------------------------
 
 
 def handed_in(course: Deadlines, sub: Submission, now: datetime) -> dict[str, HandIn]:

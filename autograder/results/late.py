@@ -266,7 +266,7 @@ def load(deadlines: Path | None, extensions: Path | None = None, times: Path | N
     return found
 
 
-# --- lateness -----------------------------------------------------------------------------------------------------------
+# --- lateness ----------------------------------------------------------------------------------------------------
 
 
 def assess(course: Deadlines, student: str, handed_in: dict[str, HandIn]) -> list[Lateness]:

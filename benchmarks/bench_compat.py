@@ -1,26 +1,32 @@
-"""The lab on the oldest supported torch and the newest supported Python, against the pinned set; and Colab, simulated.
+"""The lab on another torch (the oldest supported, or any release on the registry) against the pinned set; and
+Colab, simulated.
 
-    .venv/bin/python benchmarks/bench_compat.py [--work ~/.cache/loop_lab/compat] [--skip-notebooks] [--skip-colab]
+    .venv/bin/python benchmarks/bench_compat.py [--torch 2.15.0] [--work ~/.cache/loop_lab/compat] [--skip-notebooks]
+                                                [--skip-colab]
 
-Not part of ``make test``: it downloads torch wheels from the package registry (about 3 GB per Python version; they
-are kept in ``WORK/wheels`` for the next run). The range is read from ``pyproject.toml``, where it is written once: the
-oldest torch and torchvision are the floors of ``dependencies``, the newest Python the last minor version below
-``requires-python``'s upper bound, found with pyenv.
+Not part of ``make test``: it downloads torch wheels from the package registry (about 3 GB per torch and Python
+version; they are kept in ``WORK/wheels`` for the next run). ``--torch`` defaults to the floor of pyproject.toml's
+``dependencies``, where it is written once; the Python is the newest supported, the last minor version below
+``requires-python``'s upper bound, found with pyenv. Every pip command in its virtualenvs holds torch at that version
+with a constraint of its own, in place of a pip configuration's (a machine-wide cap would refuse a new release).
 
-1. **The torch you already have.** A virtualenv of that Python with that torch installed first, then
-   ``pip install -e .`` of the course: pip must leave torch alone. Then what runs the notebooks (nbclient, ipykernel, accelerate, nbgrader
-   for the hidden-test cells) at the course's pins, torch held by a constraint.
+1. **The torch you already have.** A virtualenv of that Python with that torch alone installed first, then the
+   handout's README's commands for that way, as written: pip must keep torch and add a torchvision that goes with
+   it, and every import of every notebook must then resolve. Then ``pip install -e .`` of the course (torch kept
+   again) and what runs the notebooks (nbclient, ipykernel, nbgrader for the hidden-test cells) at the course's pins.
 2. **The check corpus** (``tests/mutants``, ``tests/stubs``) there and on the pinned torch (this interpreter): every
    variant's failed checks in order and every stub's earned properties, compared.
-3. **Notebooks 00-08 in smoke mode** there and here (``python -m labutils lab --mode smoke``): each one's wall time.
-4. **Colab, simulated** (``--skip-colab`` to leave out): a Python 3.12 virtualenv with the oldest torch installed
-   first, the handout's "On Colab" commands as its README writes them (``!`` as a shell, ``%pip`` as that Python's
-   pip, ``%env`` as a variable), then notebook 00 (a solved copy: the solution without its hidden tests) run by
-   nbclient in memory, from another working folder, with ``LAB_DATA_DIR`` pointing at the four ``.gz`` files and a
-   fresh ``LAB_CACHE_DIR``: no notebook path, no Debian path.
+3. **Notebooks 00-08 in smoke mode** there and here (``python -m labutils lab --mode smoke``): each one's wall time,
+   and the warnings in its outputs.
+4. **Colab, simulated** (``--skip-colab`` to leave out): a Python 3.12 virtualenv with that torch and the torchvision
+   step 1 found installed first, the handout's "On Colab" commands as its README writes them (``!`` as a shell,
+   ``%pip`` as that Python's pip, ``%env`` as a variable), then notebook 00 (a solved copy: the solution without its
+   hidden tests) run by nbclient in memory, from another working folder, with ``LAB_DATA_DIR`` pointing at the four
+   ``.gz`` files and a fresh ``LAB_CACHE_DIR``: no notebook path, no Debian path.
 
 ``--python 3.10`` runs the same on another Python (the oldest supported, say). Prints a markdown table and writes it
-to ``WORK/result-pyX.Y.md``. Exits 1 when a verdict differs or a step fails.
+to ``WORK/result-pyX.Y-torchV.md``. Exits 1 when a verdict differs or a step fails; when nothing does, the release
+may join ``labutils/versions.py``'s ``CHECKED``.
 """
 
 from __future__ import annotations
@@ -103,50 +109,126 @@ def size_mb(path: Path) -> int:
     return int(subprocess.run(["du", "-sm", str(path)], capture_output=True, text=True).stdout.split()[0])
 
 
-def torch_venv(work: Path, minor: str, torch_v: str, vision_v: str, log: Path) -> tuple[Path, dict]:
-    """A virtualenv with torch and torchvision installed first (wheels downloaded once into WORK/wheels)."""
-    venv = work / f"py{minor}-torch{torch_v}"
+def pip_env(work: Path, torch_v: str, env: dict | None = None) -> dict:
+    """The environment of every pip command in a virtualenv of this benchmark: a constraint that holds torch at the
+    version under test, in place of a pip configuration's own (a machine-wide cap such as /etc/xdg/pip's)."""
+    constraints = work / f"constraints-torch{torch_v}.txt"
+    constraints.write_text(f"torch=={torch_v}\n")
+    return {**(env or os.environ), "PIP_CONSTRAINT": str(constraints)}
+
+
+def torch_venv(work: Path, minor: str, torch_v: str, vision_v: str | None, log: Path) -> tuple[Path, dict]:
+    """A virtualenv with torch (and torchvision, when given) installed first (wheels downloaded once into
+    WORK/wheels)."""
+    venv = work / (f"py{minor}-torch{torch_v}" + ("" if vision_v is None else f"-vision{vision_v}"))
     py = venv / "bin" / "python"
-    info = {"python": minor, "torch": torch_v, "torchvision": vision_v}
+    info = {"python": minor, "torch": torch_v}
     wheels = work / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
+    wanted = [f"torch=={torch_v}", *([f"torchvision=={vision_v}"] if vision_v else [])]
+    env = pip_env(work, torch_v)
     started = time.perf_counter()
     if not (venv / ".torch-installed").exists():
         shutil.rmtree(venv, ignore_errors=True)
         run([pyenv_python(minor), "-m", "venv", venv], log)
-        run([py, "-m", "pip", "download", "-q", "-d", wheels, f"torch=={torch_v}", f"torchvision=={vision_v}"], log)
-        run([py, "-m", "pip", "install", "-q", "--find-links", wheels, f"torch=={torch_v}",
-             f"torchvision=={vision_v}"], log)
+        run([py, "-m", "pip", "download", "-q", "-d", wheels, *wanted], log, env=env)
+        run([py, "-m", "pip", "install", "-q", "--find-links", wheels, *wanted], log, env=env)
         (venv / ".torch-installed").write_text(json.dumps({"torch_install_s": round(time.perf_counter() - started),
                                                            "torch_venv_mb": size_mb(venv)}))
     info.update(json.loads((venv / ".torch-installed").read_text() or "{}"))  # measured when torch went in
     return venv, info
 
 
+def version_of(py: Path, name: str) -> str | None:
+    proc = subprocess.run([py, "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def torch_version(py: Path) -> str:
-    return subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
-                          capture_output=True, text=True).stdout.strip()
+    return version_of(py, "torch")
 
 
-def install_course(venv: Path, log: Path, info: dict) -> None:
+def own_torch_way(work: Path, venv: Path, log: Path, info: dict) -> None:
+    """The handout README's "torch you already have" commands, as written, in the handout's folder with ``venv``'s
+    Python first on PATH: torch must stay, and every notebook's imports must then resolve (handout.RESOLVE_IMPORTS)."""
+    sys.path.insert(0, str(ROOT))
+    from autograder.course import handout
+
+    py = venv / "bin" / "python"
+    before = torch_version(py)
+    folder = Path(tempfile.mkdtemp(prefix="own-torch-", dir=work))
+    handout.build_handout(folder / "loop-lab.zip")
+    with zipfile.ZipFile(folder / "loop-lab.zip") as zf:
+        zf.extractall(folder)
+    unpacked = folder / handout.HANDOUT_DIR
+    readme = (unpacked / "README.md").read_text().split(f"## {handout.SETUP_OWN}", 1)[1].split("\n## ", 1)[0]
+    commands = [re.sub(r"\s+#.*$", "", line.strip()) for line in readme.splitlines() if line.startswith("    ")]
+    env = pip_env(work, before, {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}",
+                                 "VIRTUAL_ENV": str(venv)})
+    started = time.perf_counter()
+    installed = []
+    for command in commands:  # the way itself, then adding Jupyter (a fresh environment has none)
+        proc = run(["bash", "-c", command], log, cwd=unpacked, env=env)
+        installed += [line.removeprefix("Successfully installed ") for line in proc.stdout.splitlines()
+                      if line.startswith("Successfully installed")]
+    info["own_torch_install_s"] = round(time.perf_counter() - started)
+    info["own_torch_kept_torch"] = torch_version(py) == before
+    info["torchvision"] = version_of(py, "torchvision")
+    info["own_torch_installed"] = " ".join(installed)
+    if not info["own_torch_kept_torch"]:
+        sys.exit(f"the handout's way for your own torch replaced torch {before}: {installed}")
+    proc = subprocess.run([py, "-c", handout.RESOLVE_IMPORTS, json.dumps(handout.imports())],
+                          cwd=unpacked / "notebooks", env=env, capture_output=True, text=True)
+    with log.open("a") as f:
+        f.write(proc.stdout + proc.stderr)
+    info["own_torch_imports"] = ("all resolve" if proc.returncode == 0
+                                 else f"FAILED: {proc.stdout[-800:]}{proc.stderr[-400:]}")
+    info["own_torch_nbconvert"] = nbconvert_00(unpacked / "notebooks", {**env, "LAB_MODE": "smoke"}, log)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def nbconvert_00(folder: Path, env: dict, log: Path) -> str:
+    """Notebook 00, solved, run by ``jupyter nbconvert --execute`` as a student's own check would run it: "clean",
+    or the errors and the warnings in its outputs and on the terminal."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_notebooks import unintended_warnings
+
+    nbformat.write(solved(ROOT / "solutions" / "loop_lab" / "00_data_tour.ipynb"), folder / "solved_00.ipynb")
+    started = time.perf_counter()
+    proc = subprocess.run(["jupyter", "nbconvert", "--to", "notebook", "--execute", "solved_00.ipynb", "--output",
+                           "executed_00.ipynb"], cwd=folder, env=env, capture_output=True, text=True)
+    seconds = round(time.perf_counter() - started)
+    with log.open("a") as f:
+        f.write(proc.stdout + proc.stderr)
+    if proc.returncode:
+        return f"FAILED: {proc.stderr[-600:]}"
+    out = nbformat.read(folder / "executed_00.ipynb", as_version=4)
+    errors = [o.get("ename") for c in out.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    terminal = [line for line in proc.stderr.splitlines() if "WARNING" in line or "Warning" in line]
+    problems = errors + unintended_warnings(out) + terminal
+    return f"clean, {seconds} s" if not problems else f"FAILED: {problems}"
+
+
+def install_course(work: Path, venv: Path, log: Path, info: dict) -> None:
     """``pip install -e .`` on the torch already there (it must stay), then the notebook runner at the course's pins."""
     py = venv / "bin" / "python"
     before = torch_version(py)
-    proc = run([py, "-m", "pip", "install", "-e", ROOT], log)
+    env = pip_env(work, before)
+    proc = run([py, "-m", "pip", "install", "-e", ROOT], log, env=env)
     installed = " ".join(line for line in proc.stdout.splitlines() if line.startswith("Successfully installed"))
     if torch_version(py) != before or re.search(r"\btorch-", installed):
         sys.exit(f"pip install . replaced torch {before}: {installed}")
     info["pip_install_kept_torch"] = True
-    constraints = venv / "constraints.txt"
-    constraints.write_text(f"torch=={before}\n")
     wanted = [f"{name}=={version}" for name, version in pins().items() if name in NOTEBOOK_RUNNER]
-    pinned = subprocess.run([py, "-m", "pip", "install", "-q", "-c", constraints, *wanted], capture_output=True,
-                            text=True)
+    pinned = subprocess.run([py, "-m", "pip", "install", "-q", *wanted], capture_output=True, text=True, env=env)
     with log.open("a") as f:
         f.write(pinned.stdout + pinned.stderr)
     info["runner"] = "the course's pins"
     if pinned.returncode:  # numpy 2.4 and matplotlib 3.11 need Python 3.11: the newest this Python has instead
-        run([py, "-m", "pip", "install", "-q", "-c", constraints, *NOTEBOOK_RUNNER], log)
+        run([py, "-m", "pip", "install", "-q", *NOTEBOOK_RUNNER], log, env=env)
         info["runner"] = "unpinned: the course's pins need a newer Python"
     info["venv_mb"] = size_mb(venv)
 
@@ -255,8 +337,9 @@ def colab(work: Path, log: Path, torch_v: str, vision_v: str) -> dict:
     uploaded.mkdir()
     for name in data_files.RAW_FILES:
         shutil.copyfile(data.find_raw_dir() / name, uploaded / name)
-    env = {**os.environ, "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(content / "root"),
-           "LAB_DATA_DIR": str(uploaded), "LAB_CACHE_DIR": str(content / "root" / ".cache" / "loop_lab")}
+    env = pip_env(work, torch_v, {**os.environ, "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(content / "root"),
+                                  "LAB_DATA_DIR": str(uploaded),
+                                  "LAB_CACHE_DIR": str(content / "root" / ".cache" / "loop_lab")})
     for key in ("LAB_ARTIFACTS", "LAB_MODE", "NBGRADER_EXECUTION", "PYTHONPATH"):
         env.pop(key, None)
     before = torch_version(py)
@@ -278,8 +361,8 @@ def colab(work: Path, log: Path, torch_v: str, vision_v: str) -> dict:
     info["colab_install_s"] = round(time.perf_counter() - started)
     info["colab_kept_torch"] = torch_version(py) == before
     runner = content / "run_notebook.py"  # nbclient from that venv: it needs nbclient, which Colab has
-    run([py, "-m", "pip", "install", "-q", "-c", "/dev/stdin", f"nbclient=={pins()['nbclient']}",
-         f"ipykernel=={pins()['ipykernel']}"], log, env=env, input=f"torch=={before}\n")
+    run([py, "-m", "pip", "install", "-q", f"nbclient=={pins()['nbclient']}", f"ipykernel=={pins()['ipykernel']}"],
+        log, env=env)
     nb = solved(ROOT / "solutions" / "loop_lab" / "00_data_tour.ipynb")
     import nbformat
 
@@ -326,17 +409,23 @@ def _cell(row: dict) -> str:
     return f"{state}, {row['wall_seconds']:.0f} s"
 
 
-def table(old: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict | None) -> str:
-    lines = ["| | oldest supported | pinned |", "|---|---|---|",
-             f"| Python | {old['python']} | {pinned['python']} |",
-             f"| torch / torchvision | {old['torch']} / {old['torchvision']} | {pinned['torch']} |",
-             f"| `pip install -e .` on that torch | kept torch: {old.get('pip_install_kept_torch')} | |",
-             f"| virtualenv (torch alone / all) | {old['torch_venv_mb']} MB / {old['venv_mb']} MB | |",
-             f"| check corpus: verdicts | {old['corpus']['seconds']} s | {pinned['corpus']['seconds']} s |",
-             f"| | {'all ' + str(old['n']) + ' equal' if not diff else str(len(diff)) + ' differ: ' + '; '.join(diff)}"
+def table(other: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict | None) -> str:
+    lines = [f"| | torch {other['torch']} | pinned |", "|---|---|---|",
+             f"| Python | {other['python']} | {pinned['python']} |",
+             f"| torch / torchvision | {other['torch']} / {other['torchvision']} | {pinned['torch']} / "
+             f"{pinned['torchvision']} |",
+             f"| the handout's way for your own torch (and Jupyter), on {other['before_own_torch']} | kept torch: "
+             f"{other['own_torch_kept_torch']}; installed {other['own_torch_installed']} ({other['own_torch_install_s']}"
+             f" s); every notebook import: {other['own_torch_imports']}; notebook 00 under `jupyter nbconvert "
+             f"--execute`: {other['own_torch_nbconvert']} | |",
+             f"| `pip install -e .` of the course on that torch | kept torch: {other.get('pip_install_kept_torch')} "
+             f"| |",
+             f"| virtualenv (torch alone / all) | {other['torch_venv_mb']} MB / {other['venv_mb']} MB | |",
+             f"| check corpus: verdicts | {other['corpus']['seconds']} s | {pinned['corpus']['seconds']} s |",
+             f"| | {'all ' + str(other['n']) + ' equal' if not diff else str(len(diff)) + ' differ: ' + '; '.join(diff)}"
              " | |"]
     if nbs:
-        o, p = nbs["old"], nbs.get("pinned")
+        o, p = nbs["other"], nbs.get("pinned")
         lines.append(f"| notebooks 00-08, smoke | {'clean' if o['ok'] else 'FAILED'}, {o['seconds']} s | "
                      + (f"{'clean' if p['ok'] else 'FAILED'}, {p['seconds']} s |" if p else "|"))
         for tail in (o["tail"], (p or {}).get("tail")):
@@ -344,8 +433,8 @@ def table(old: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict 
                 lines.append(f"| | {tail[-600:]!r} | |")
         by_id = {r.get("notebook"): r for r in (p or {}).get("rows", [])}
         for row in o["rows"]:
-            other = by_id.get(row.get("notebook"), {})
-            lines.append(f"| {row['notebook']} | {_cell(row)} | {_cell(other) if other else ''} |")
+            mine = by_id.get(row.get("notebook"), {})
+            lines.append(f"| {row['notebook']} | {_cell(row)} | {_cell(mine) if mine else ''} |")
     if colab_info:
         lines += ["", "| Colab simulation | |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in colab_info.items()]
@@ -354,6 +443,9 @@ def table(old: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dict 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--torch", help="a torch release on the registry (default: pyproject.toml's floor)")
+    parser.add_argument("--torchvision", help="install this torchvision with torch first (default: the floor's, with "
+                        "the floor; with --torch, none: the handout's way adds the one pip finds for that torch)")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "loop_lab" / "compat")
     parser.add_argument("--python", help="a Python minor version other than the newest supported (e.g. 3.10)")
     parser.add_argument("--skip-notebooks", action="store_true")
@@ -365,32 +457,41 @@ def main(argv=None) -> int:
         return 0
     work = args.work.expanduser()
     work.mkdir(parents=True, exist_ok=True)
-    log = work / f"bench_compat-py{args.python or newest_python()}.log"
+    minor = args.python or newest_python()
+    torch_v = args.torch or exact(floor("torch"))
+    vision_v = args.torchvision or (None if args.torch else exact(floor("torchvision")))
+    log = work / f"bench_compat-py{minor}-torch{torch_v}.log"
     log.write_text("")
-    torch_v, vision_v, minor = exact(floor("torch")), exact(floor("torchvision")), args.python or newest_python()
-    print(f"oldest supported: torch {torch_v}, torchvision {vision_v} on Python {minor} (log: {log})", flush=True)
-    venv, old = torch_venv(work, minor, torch_v, vision_v, log)
-    install_course(venv, log, old)
-    print(f"installed: {old}", flush=True)
-    old["corpus"] = corpus(venv / "bin" / "python", work / f"verdicts-py{minor}-torch{torch_v}.json", log)
-    pinned = {"python": sys.version.split()[0], "torch": pins()["torch"]}
+    print(f"torch {torch_v}{f', torchvision {vision_v}' if vision_v else ''} on Python {minor} (log: {log})",
+          flush=True)
+    venv, other = torch_venv(work, minor, torch_v, vision_v, log)
+    other["before_own_torch"] = "torch and torchvision" if vision_v else "torch alone"
+    own_torch_way(work, venv, log, other)
+    install_course(work, venv, log, other)
+    print(f"installed: {other}", flush=True)
+    other["corpus"] = corpus(venv / "bin" / "python", work / f"verdicts-py{minor}-torch{torch_v}.json", log)
+    pinned = {"python": sys.version.split()[0], "torch": pins()["torch"], "torchvision": pins()["torchvision"]}
     here = f"py{sys.version_info.major}.{sys.version_info.minor}-torch{pinned['torch']}"
     pinned["corpus"] = corpus(Path(sys.executable), work / f"verdicts-{here}.json", log)
-    old["n"] = len(old["corpus"]["variants"]) + len(old["corpus"]["stubs"])
-    diff = differences(old["corpus"], pinned["corpus"])
-    print(f"corpus: {old['n']} verdicts, {len(diff)} differ", flush=True)
+    other["n"] = len(other["corpus"]["variants"]) + len(other["corpus"]["stubs"])
+    diff = differences(other["corpus"], pinned["corpus"])
+    print(f"corpus: {other['n']} verdicts, {len(diff)} differ", flush=True)
     nbs = {}
     if not args.skip_notebooks:
-        nbs["old"] = notebooks(venv, work / "lab-old", log)
-        print(f"notebooks on the oldest: {nbs['old']['ok']} {nbs['old']['seconds']} s", flush=True)
+        nbs["other"] = notebooks(venv, work / f"lab-torch{torch_v}", log)
+        print(f"notebooks on torch {torch_v}: {nbs['other']['ok']} {nbs['other']['seconds']} s", flush=True)
         nbs["pinned"] = notebooks(Path(sys.prefix), work / "lab-pinned", log)
         print(f"notebooks on the pinned: {nbs['pinned']['ok']} {nbs['pinned']['seconds']} s", flush=True)
-    colab_info = None if args.skip_colab else colab(work, log, torch_v, vision_v)
-    result = table(old, pinned, diff, nbs, colab_info)
-    (work / f"result-py{minor}.md").write_text(result)
+    colab_info = None if args.skip_colab else colab(work, log, torch_v, other["torchvision"])
+    result = table(other, pinned, diff, nbs, colab_info)
+    (work / f"result-py{minor}-torch{torch_v}.md").write_text(result)
     print(result)
-    failed = diff or any(not n["ok"] for n in nbs.values()) or (colab_info and (
-        colab_info["colab_nb00"] != "clean" or not colab_info["colab_kept_torch"]))
+    failed = (diff or any(not n["ok"] for n in nbs.values()) or other["own_torch_imports"] != "all resolve"
+              or not other["own_torch_nbconvert"].startswith("clean")
+              or (colab_info and (colab_info["colab_nb00"] != "clean" or not colab_info["colab_kept_torch"])))
+    if not failed:
+        print(f"torch {torch_v} with torchvision {other['torchvision']} agrees with the pin: it may join "
+              "labutils/versions.py's CHECKED")
     return 1 if failed else 0
 
 

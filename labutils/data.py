@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .data_files import DEBIAN_DIR, cache_dir, decompressed_folder, find_raw_dir, stage
+from .data_files import origin as origin  # notebook 00's first data cell prints data.origin()
 
 MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set pixel statistics, the standard normalisation
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")

@@ -38,6 +38,21 @@ def find_raw_dir() -> Path | None:
     return None
 
 
+def origin() -> str:
+    """One line: where FashionMNIST came from (``LAB_DATA_DIR``, Debian's package or torchvision's download, in the
+    order :func:`find_raw_dir` and :mod:`labutils.data` try them) and the folder the lab reads it from (the data
+    cache). Notebook 00's first data cell and ``python -m labutils data`` print it."""
+    raw_dir, asked = find_raw_dir(), os.environ.get("LAB_DATA_DIR")
+    unused = f"LAB_DATA_DIR={asked} does not hold the four IDX files" if asked else "no LAB_DATA_DIR"
+    if raw_dir is None:
+        came = f"downloaded by torchvision ({unused}, no Debian package in {DEBIAN_DIR})"
+    elif asked and raw_dir == Path(asked):
+        came = f"from LAB_DATA_DIR ({raw_dir})"
+    else:
+        came = f"from Debian's package dataset-fashion-mnist ({raw_dir}{'; ' + unused if asked else ''})"
+    return f"FashionMNIST {came}, decompressed once into {decompressed_folder(cache_dir())} (LAB_CACHE_DIR moves it)"
+
+
 def decompressed_folder(root: Path) -> Path:
     """Where the IDX files are, uncompressed, in the data cache ``root``: where torchvision's FashionMNIST looks."""
     return root / "FashionMNIST" / "raw"

@@ -8,12 +8,14 @@ graded (:mod:`autograder.sandbox.policy`), so grading sees exactly the handout.
 
 from __future__ import annotations
 
+import ast
 import json
+import textwrap
 import zipfile
 from pathlib import Path
 
 from labutils.atomic import atomic_file
-from labutils.versions import CPU_INDEX
+from labutils.versions import CHECKED, CPU_INDEX
 
 from ..layout import REPO_ROOT, reference_dir
 
@@ -30,7 +32,24 @@ SETUP_COMMANDS = [
 ]
 SETUP_CPU = "Set up on a CPU-only machine"
 SETUP_OWN = "Set up with the torch you already have"
-OWN_TORCH_COMMANDS = [(INSTALL[0], "labutils and what the notebooks need (ipywidgets, ...); your torch stays")]
+# pip keeps an installed torch that satisfies the lab's floor, unless another requirement asks for a newer one: a
+# torchvision or accelerate that pip adds would (the newest torchvision needs the newest torch). The version pip sees
+# (the metadata's 2.15.0, not torch.__version__'s 2.15.0+cu130), written as a constraint, makes pip pick the releases
+# that go with it instead.
+KEEP_TORCH_FILE = "keep-torch.txt"
+KEEP_TORCH = (f"python -c \"import importlib.metadata as m; print('torch==' + m.version('torch'))\" > {KEEP_TORCH_FILE}",
+              "")  # explained beside it in the README: the note would push every other one far to the right
+OWN_TORCH_COMMANDS = [KEEP_TORCH, (f"{INSTALL[0]} -c {KEEP_TORCH_FILE}",
+                                   "labutils and what the notebooks import (accelerate, ...); your torch stays")]
+ADD_JUPYTER = (f"pip install jupyterlab -c {KEEP_TORCH_FILE}", "JupyterLab, nbconvert and a Python kernel")
+# What a notebook costs, measured (docs/installing.md says with which command, on which machine, under which load).
+TIMES = """\
+Training cells use all 48,000 training images: one to three minutes per notebook on two CPU cores. While you are still
+writing your functions, start JupyterLab with `LAB_MODE=smoke jupyter lab notebooks/` to train on 2,048 images in
+seconds."""
+CELL_TIMEOUT_S = 600  # nbconvert's default, 30 s a cell, stops a full training cell
+RUN_ALL = (f"jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout={CELL_TIMEOUT_S} "
+           "notebooks/01_baseline.ipynb", "")
 COLAB = "On Colab"
 # Colab's cells: `!` runs a shell command, `%pip` pip in the notebook's own Python, `%env` sets a variable for it.
 COLAB_COMMANDS = [
@@ -39,20 +58,22 @@ COLAB_COMMANDS = [
     ("%env LAB_MODE=smoke", "2,048 images while you write; leave it out for the full run"),
 ]
 WORK_COMMANDS = [
-    (". .venv/bin/activate", "in every new terminal"),
+    (". .venv/bin/activate", "in every new terminal (the first two ways; the third: your environment's own)"),
     ("jupyter lab notebooks/", "opens JupyterLab in your browser"),
 ]
-# `pip install .` copies this file to <venv>/etc/jupyter/ (a jupyter_server_config.d/ file would not do: those only
-# enable server extensions). The server then hands each kernel CurveZMQ keys: the kernel's connection is encrypted and
-# it no longer prints "Kernel is running over TCP without encryption" at every start. "auto" does so only for kernels
-# whose kernelspec declares support (ipykernel's does).
+# `pip install .` copies this file to <venv>/etc/jupyter/ (not an editable install). Every Jupyter application reads
+# jupyter_config.json before its own file: the server (JupyterLab) and `jupyter nbconvert --execute` alike then hand
+# each kernel CurveZMQ keys, its connection is encrypted and it no longer prints "Kernel is running over TCP without
+# encryption" at every start (a jupyter_server_config.json reached only the server). "auto" does so only for kernels
+# whose kernelspec declares support (ipykernel's does). `jupyter execute` gives its kernel manager no configuration
+# at all (nbclient's command line), so no file reaches it.
 JUPYTER_CONFIG_DIR = "jupyter-config"
-JUPYTER_SERVER_CONFIG_FILE = f"{JUPYTER_CONFIG_DIR}/jupyter_server_config.json"
-JUPYTER_SERVER_CONFIG = {"KernelManager": {"transport_encryption": "auto"}}
+JUPYTER_CONFIG_FILE = f"{JUPYTER_CONFIG_DIR}/jupyter_config.json"
+JUPYTER_CONFIG = {"KernelManager": {"transport_encryption": "auto"}}
 
 
 def _commands(commands: list[tuple[str, str]]) -> str:
-    width = max(len(command) for command, note in commands if note) + 2  # the notes line up
+    width = max((len(command) for command, note in commands if note), default=0) + 2  # the notes line up
     return "\n".join(f"    {command:<{width}}# {note}" if note else f"    {command}" for command, note in commands)
 
 
@@ -74,8 +95,12 @@ def project(root: Path = REPO_ROOT) -> dict:
 
 def readme(root: Path = REPO_ROOT) -> str:
     meta = project(root)
-    torch_range = ", ".join(d.replace(" ", "") for d in meta["dependencies"] if d.startswith(("torch>", "torch<",
-                                                                                               "torchvision")))
+    floors = ", ".join(d.replace(" ", "") for d in meta["dependencies"] if d.startswith(("torch>", "torchvision>")))
+    checked = textwrap.fill(
+        f"The lab needs {floors}; a torchvision that goes with your torch comes with it if you have none. It was "
+        f"checked on {', '.join(f'torch {torch} with torchvision {vision}' for torch, vision in CHECKED)}. A newer "
+        "torch runs, and `import labutils` says in one line which releases were checked. No Jupyter in that "
+        "environment (`jupyter lab --version` fails)? Add it:", width=117)
     return f"""\
 # Loop Lab
 
@@ -89,14 +114,22 @@ a notebook from its `notebooks/` folder (File > Upload notebook) and add a first
 {_commands(COLAB_COMMANDS)}
 
 Run it in every new runtime. FashionMNIST downloads itself the first time; to use the four `.gz` files instead (say you
-uploaded them to `/content/fashion-mnist`), add `%env LAB_DATA_DIR=/content/fashion-mnist`. `pip` keeps Colab's torch
-when it is in the supported range ({torch_range});
-otherwise `import labutils` says which to install.
+uploaded them to `/content/fashion-mnist`), add `%env LAB_DATA_DIR=/content/fashion-mnist`. `pip` keeps Colab's torch.
+
+## Which way to set up
+
+- **Linux without an NVIDIA GPU** (most laptops, a cloud machine without a GPU): the CPU-only way below. The first
+  way would install torch with CUDA's libraries, a 5.8 GB environment that such a machine cannot use.
+- **Linux with an NVIDIA GPU**: the first way, the course's versions.
+- **macOS or Windows**: the first way. PyPI's torch for these has no CUDA libraries (a wheel of about 130 MB), so the
+  first way is already the small one; on Windows it runs on the CPU even where there is an NVIDIA GPU.
+- **An environment that already has torch** (conda, a JupyterHub, your own): the third way; it keeps that torch.
+- **Colab**: above.
 
 ## Set up (once)
 
-One of three ways. The first two install the course's pins, which need Python 3.11 or newer (numpy 2.4 does); on
-Python 3.10 take the third. The course's versions (torch with its CUDA libraries: a 5.8 GB virtualenv):
+The first two ways install the course's pins, which need Python 3.11 or newer (numpy 2.4 does); on Python 3.10 take
+the third. The course's versions (on Linux, torch with its CUDA libraries: a 5.8 GB virtualenv):
 
 {_commands(SETUP_COMMANDS)}
 
@@ -109,13 +142,20 @@ of the size):
 
 ## {SETUP_OWN}
 
-In the environment that has it and Jupyter (conda, a JupyterHub, your own venv), where the lab supports
-{torch_range} on Python {meta["requires-python"]}:
+In the environment that has it (conda, a JupyterHub, your own venv), on Python {meta["requires-python"]}: the
+first command writes your torch's version down, so that pip keeps it while it adds what the notebooks need.
 
 {_commands(OWN_TORCH_COMMANDS)}
 
+{checked}
+
+{_commands([ADD_JUPYTER])}
+
+## Data
+
 FashionMNIST is read from `LAB_DATA_DIR` (a folder with the four original `.gz` files), from Debian's
-`dataset-fashion-mnist` package, or downloaded once.
+`dataset-fashion-mnist` package, or downloaded once. The first data cell of notebook 00 says which, and the folder the
+lab keeps its decompressed copy in (`~/.cache/loop_lab`, or `LAB_CACHE_DIR`).
 
 ## Work
 
@@ -126,14 +166,15 @@ write; the check cell under it runs your function on tiny fixed data and prints 
 at which step, and how to fix it. The graded test cell after it runs the same check. Questions marked "graded by
 hand" are answered in the cell that says `YOUR ANSWER HERE`.
 
-Training cells use all 48,000 training images: one to three minutes per notebook on two CPU cores. While you are still
-writing your functions, start JupyterLab with `LAB_MODE=smoke jupyter lab notebooks/` to train on 2,048 images in
-seconds.
+{TIMES}
 
 ## Submit
 
 The notebooks you changed, with their file names unchanged. Grading runs each one from top to bottom in a fresh
-kernel: check that Kernel > Restart Kernel and Run All Cells works before you submit.
+kernel: check that Kernel > Restart Kernel and Run All Cells works before you submit, or from a terminal (the result
+is `01_baseline.nbconvert.ipynb`, beside it):
+
+{_commands([RUN_ALL])}
 """
 
 
@@ -157,7 +198,7 @@ dependencies = {json.dumps(meta["dependencies"])}
 include = ["labutils*"]
 
 [tool.setuptools.data-files]  # copied by `pip install .` (not by an editable install)
-"etc/jupyter" = ["{JUPYTER_SERVER_CONFIG_FILE}"]
+"etc/jupyter" = ["{JUPYTER_CONFIG_FILE}"]
 """
 
 
@@ -205,8 +246,45 @@ def handout_members(root: Path = REPO_ROOT) -> dict[str, Path | str]:
     members[f"{HANDOUT_DIR}/requirements.txt"] = student_requirements(root)
     members[f"{HANDOUT_DIR}/pyproject.toml"] = pyproject(root)
     members[f"{HANDOUT_DIR}/README.md"] = readme(root)
-    members[f"{HANDOUT_DIR}/{JUPYTER_SERVER_CONFIG_FILE}"] = json.dumps(JUPYTER_SERVER_CONFIG, indent=2) + "\n"
+    members[f"{HANDOUT_DIR}/{JUPYTER_CONFIG_FILE}"] = json.dumps(JUPYTER_CONFIG, indent=2) + "\n"
     return members
+
+
+def imports(root: Path = REPO_ROOT) -> dict[str, list[str]]:
+    """What the handout's code imports, for :data:`RESOLVE_IMPORTS`: ``statements``, every import statement of the
+    released notebooks as written, and ``modules``, the top-level name of every absolute import in the handout's
+    labutils, those inside functions included (``cloudpickle`` where lab 7 runs on a CUDA machine)."""
+    statements, modules = [], set()
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                statements += [ast.unparse(node) for node in ast.walk(ast.parse("".join(cell["source"])))
+                               if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)]
+    for path in student_labutils_files(root):
+        if path.suffix == ".py":
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    modules.add(node.module.split(".")[0])
+    return {"statements": list(dict.fromkeys(statements)), "modules": sorted(modules - {"labutils", "__future__"})}
+
+
+# Run by the Python of an environment set up as the README says, with json.dumps(imports()) as its argument: runs
+# every notebook's import statements and finds every module labutils imports; prints what failed, exits 1 if any.
+RESOLVE_IMPORTS = """\
+import importlib.util, json, sys
+wanted = json.loads(sys.argv[1])
+failed = []
+for statement in wanted["statements"]:
+    try:
+        exec(statement, {})
+    except Exception as exc:
+        failed.append(f"{statement}: {type(exc).__name__}: {exc}")
+failed += [f"{name}: not found" for name in wanted["modules"] if importlib.util.find_spec(name) is None]
+print(json.dumps({"failed": failed}))
+sys.exit(1 if failed else 0)
+"""
 
 
 def student_requirements(root: Path = REPO_ROOT) -> str:

@@ -124,10 +124,11 @@ def _run_reference(args) -> int:
 
 
 def _run_data(args) -> int:
-    from ..data import DataMissingError, ensure_data
+    from ..data import DataMissingError, ensure_data, origin
 
     try:
-        print(f"FashionMNIST ready (from {ensure_data()})")
+        ensure_data()
+        print(origin())
     except DataMissingError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -252,8 +252,8 @@ def verdicts() -> dict:
         out["variants"][variant.name] = {"passed": report.passed, "failures": [f.check for f in report.failures]}
     for stub in [*stubs.DO_NOTHING, *stubs.PARTIAL]:
         report = stubs.run_check(stub)
-        out["stubs"][stub.name] = sorted(p for p, (passed, _) in properties.verdicts(stub.exercise, report).items()
-                                         if passed)
+        out["stubs"][stub.name] = sorted(p for p, verdict in properties.verdicts(stub.exercise, report).items()
+                                         if verdict.passed)
     out["seconds"] = round(time.perf_counter() - started, 1)
     return out
 

@@ -1,8 +1,10 @@
-"""The supported range (issue 30): written once in pyproject.toml, read back by the guard at ``import labutils``, by
-the handout's pyproject and its README; the guard's one line for a torch outside it.
+"""The supported floor (issues 30, 46): written once in pyproject.toml, read back by the guard at ``import labutils``,
+by the handout's pyproject and its README; the guard's one line for a torch below it, and the one line for a torch
+newer than every checked release (labutils.versions.CHECKED), which runs.
 
-The installs themselves run in tests/browser/test_handout_setup.py (the README's commands) and, for the oldest
-supported torch, in benchmarks/bench_compat.py (it downloads wheels).
+The installs themselves run in tests/browser/test_handout_setup.py (the README's commands, a newer torch than the
+checked ones included) and, for the oldest supported torch or a new release, in benchmarks/bench_compat.py (it
+downloads wheels).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from autograder.course import handout
 from labutils import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-RANGES = {"torch": ">=2.6,<2.15", "torchvision": ">=0.21,<0.30"}
+RANGES = {"torch": ">=2.6", "torchvision": ">=0.21"}
 
 
 def _pins() -> dict[str, str]:
@@ -37,51 +40,104 @@ def test_the_guard_reads_the_range_pyproject_writes():
     assert versions.supported() == RANGES  # floor first, as the message prints it
 
 
-def test_the_pinned_versions_are_the_newest_end_of_the_range():
+def test_the_floor_and_the_pin_are_checked_releases_and_nothing_has_a_ceiling():
+    """Check that the floor is the oldest checked release, the pin one of them, the releases in order, and that no
+    requirement of the lab's caps a version (a newer torch is never refused or replaced)"""
     pins = _pins()
+    checked = [dict(zip(versions.GUARDED, pair)) for pair in versions.CHECKED]
     for name, spec in versions.supported().items():
-        assert SpecifierSet(spec).contains(pins[name]), f"{name}=={pins[name]} is outside {spec}"
+        assert spec == f">={checked[0][name].removesuffix('.0')}", (name, spec)
+        assert [Version(c[name]) for c in checked] == sorted(Version(c[name]) for c in checked)
+    assert {name: pins[name] for name in versions.GUARDED} in checked
+    for requirement in map(Requirement, PROJECT["dependencies"]):
+        assert not any(s.operator in ("<", "<=", "==", "~=", "!=") for s in requirement.specifier), requirement
     assert versions.problem({name: pins[name] for name in versions.GUARDED}, versions.supported()) is None
     assert SpecifierSet(PROJECT["requires-python"]).contains("3.10") and SpecifierSet(
         PROJECT["requires-python"]).contains("3.13")
 
 
 @pytest.mark.parametrize("installed, wrong", [
-    ({"torch": "2.5.1", "torchvision": "0.20.1"}, ["torch 2.5.1 is not in >=2.6,<2.15",
-                                                   "torchvision 0.20.1 is not in >=0.21,<0.30"]),
-    ({"torch": "2.15.0", "torchvision": "0.29.1"}, ["torch 2.15.0 is not in >=2.6,<2.15"]),
-    ({"torch": "2.15.0.dev20261120", "torchvision": "0.29.1"}, ["torch 2.15.0.dev20261120 is not in"]),
+    ({"torch": "2.5.1", "torchvision": "0.20.1"}, ["torch 2.5.1 is not in >=2.6",
+                                                   "torchvision 0.20.1 is not in >=0.21"]),
+    ({"torch": "2.6.0.dev20241112", "torchvision": "0.21.0"}, ["torch 2.6.0.dev20241112 is not in >=2.6"]),
     ({"torch": "2.14.1", "torchvision": None}, ["torchvision is not installed"]),
 ])
 def test_the_guard_names_what_is_wrong_and_the_install_command(installed, wrong):
     message = versions.problem(installed, RANGES)
     assert "\n" not in message
-    assert message.startswith("Loop Lab supports torch>=2.6,<2.15, torchvision>=0.21,<0.30")
+    assert message.startswith("Loop Lab supports torch>=2.6, torchvision>=0.21")
     assert all(part in message for part in wrong), message
-    assert "pip install 'torch>=2.6,<2.15' 'torchvision>=0.21,<0.30'" in message
+    assert "pip install 'torch>=2.6' 'torchvision>=0.21'" in message
     assert f"--index-url {versions.CPU_INDEX}" in message
 
 
 @pytest.mark.parametrize("installed", [{"torch": "2.6.0", "torchvision": "0.21.0"},
                                        {"torch": "2.14.1+cpu", "torchvision": "0.29.1+cpu"},
-                                       {"torch": "2.14.1+cu130", "torchvision": "0.29.1"}])
-def test_the_guard_accepts_both_ends_and_local_builds(installed):
+                                       {"torch": "2.14.1+cu130", "torchvision": "0.29.1"},
+                                       {"torch": "2.15.0", "torchvision": "0.29.2"},
+                                       {"torch": "2.99.0", "torchvision": "0.99.0"}])
+def test_the_guard_accepts_the_floor_local_builds_and_newer_releases(installed):
     assert versions.problem(installed, RANGES) is None
+
+
+CHECKED = (("2.6.0", "0.21.0"), ("2.14.1", "0.29.1"), ("2.15.0", "0.29.2"))
+
+
+@pytest.mark.parametrize("installed, newer", [
+    ({"torch": "2.16.0", "torchvision": "0.29.2"}, "torch 2.16.0 is newer"),
+    ({"torch": "2.15.1+cu132", "torchvision": "0.29.2"}, "torch 2.15.1+cu132 is newer"),
+    ({"torch": "2.16.0.dev20261201", "torchvision": "0.30.0"},
+     "torch 2.16.0.dev20261201 and torchvision 0.30.0 are newer"),
+    ({"torch": "2.15.0", "torchvision": "0.30.0"}, "torchvision 0.30.0 is newer"),
+])
+def test_a_release_newer_than_the_checked_ones_gets_one_line_naming_them(installed, newer):
+    note = versions.untested(installed, CHECKED)
+    assert note.startswith(f"Loop Lab: {newer} than the releases the lab was checked on (torch 2.6.0 with "
+                           "torchvision 0.21.0, 2.14.1 with 0.29.1, 2.15.0 with 0.29.2)"), note
+    assert "\n" not in note and "pip install 'torch==2.15.0' 'torchvision==0.29.2'" in note
+    assert "Warning" not in note  # informational: no warning class that tests/test_notebooks.py would flag
+
+
+@pytest.mark.parametrize("installed", [{"torch": "2.15.0", "torchvision": "0.29.2"},
+                                       {"torch": "2.15.0+cu130", "torchvision": "0.29.2+cu132"},
+                                       {"torch": "2.10.0", "torchvision": "0.25.0"},
+                                       {"torch": "2.15.0rc2", "torchvision": "0.29.2"}])
+def test_a_checked_release_or_one_between_them_gets_no_line(installed):
+    assert versions.untested(installed, CHECKED) is None
 
 
 def test_import_labutils_with_an_old_torch_fails_in_one_line(tmp_path):
     """A torch 2.5.1 first on the path (its metadata is all the guard reads): ``import labutils`` stops, the last line
     of the traceback saying which versions work and how to install one."""
-    fake = tmp_path / "torch-2.5.1.dist-info"
-    fake.mkdir()
-    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.5.1\n")
+    _fake_distribution(tmp_path, "torch", "2.5.1")
     proc = subprocess.run([sys.executable, "-c", "import labutils"], cwd=tmp_path, capture_output=True, text=True,
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("labutils.versions.UnsupportedVersion: Loop Lab supports torch>=2.6,<2.15"), proc.stderr
-    assert "torch 2.5.1 is not in >=2.6,<2.15" in last and "pip install 'torch>=2.6,<2.15'" in last
+    assert last.startswith("labutils.versions.UnsupportedVersion: Loop Lab supports torch>=2.6"), proc.stderr
+    assert "torch 2.5.1 is not in >=2.6" in last and "pip install 'torch>=2.6'" in last
     assert "import torch" not in proc.stderr  # stopped before anything imported torch
+
+
+def test_import_labutils_with_a_torch_newer_than_the_checked_ones_says_so_in_one_line(tmp_path):
+    """A torch and torchvision newer than every checked release first on the path (their metadata is all the check
+    reads): ``import labutils`` succeeds, with one line on stderr naming the checked releases, nothing on stdout."""
+    newest = versions.CHECKED[-1]
+    newer = (f"{int(newest[0].split('.')[0]) + 1}.0.0", f"{int(newest[1].split('.')[0]) + 1}.0.0")
+    for name, version in zip(versions.GUARDED, newer):
+        _fake_distribution(tmp_path, name, version)
+    proc = subprocess.run([sys.executable, "-c", "import labutils"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert proc.stderr == versions.untested(dict(zip(versions.GUARDED, newer))) + "\n"
+    assert proc.stderr.startswith(f"Loop Lab: torch {newer[0]} and torchvision {newer[1]} are newer than the releases")
+
+
+def _fake_distribution(folder: Path, name: str, version: str) -> None:
+    """The metadata of ``name`` at ``version`` (no code): what the version checks read."""
+    fake = folder / f"{name}-{version}.dist-info"
+    fake.mkdir()
+    (fake / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
 def test_a_torch_without_metadata_is_not_refused(tmp_path):

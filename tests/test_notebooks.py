@@ -193,6 +193,17 @@ def unintended_warnings(nb) -> list[str]:
     return found
 
 
+# What a Jupyter application logs on the terminal beside the notebook (nbconvert's, the kernel's own): "[IPKernelApp]
+# WARNING | Kernel is running over TCP without encryption" printed at every start until the handout configured it.
+LOG_WARNING = re.compile(r"^\[\w+\] (WARNING|ERROR|CRITICAL)\b")
+
+
+def terminal_warnings(text: str) -> list[str]:
+    """The lines of a Jupyter command's terminal output that carry a warning nobody meant to show."""
+    return [line.strip()[:300] for line in text.splitlines() if (LOG_WARNING.search(line) or WARNING_LINE.search(line))
+            and not any(w in line for w in INTENDED_WARNINGS)]
+
+
 def test_warnings_in_outputs_are_found():
     """Check that the warning detector sees tqdm's widget warning as the notebooks once printed it, and not prose"""
     cell = nbformat.v4.new_code_cell("x")
@@ -203,6 +214,11 @@ def test_warnings_in_outputs_are_found():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("UserWarning in prose"), cell])
     assert unintended_warnings(nb) == ["cell 1: /venv/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please "
                                        "update jupyter and ipywidgets."]
+    terminal = ("[NbConvertApp] Converting notebook 00_data_tour.ipynb to notebook\n"
+                "[IPKernelApp] WARNING | Kernel is running over TCP without encryption. All communication ...\n"
+                "[NbConvertApp] Writing 856 bytes to out.ipynb\n")
+    assert terminal_warnings(terminal) == ["[IPKernelApp] WARNING | Kernel is running over TCP without encryption. "
+                                           "All communication ..."]
 
 
 @pytest.mark.slow

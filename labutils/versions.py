@@ -20,7 +20,7 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU-only wheels:
 # floor of pyproject.toml and each newer release by benchmarks/bench_compat.py (`--torch X`: the check corpus's
 # verdicts and notebooks 00-08 against the pin), the pin of requirements.txt by `make test`. Add a release here only
 # after bench_compat.py ran clean on it (docs/installing.md has each run's table).
-CHECKED = (("2.6.0", "0.21.0"), ("2.14.1", "0.29.1"))
+CHECKED = (("2.6.0", "0.21.0"), ("2.14.1", "0.29.1"), ("2.15.0", "0.29.2"))
 
 
 class UnsupportedVersion(ImportError):

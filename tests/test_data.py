@@ -131,3 +131,28 @@ def test_the_data_is_decoded_once_however_it_is_asked_for_and_staged_readable_by
         data._decoded.cache_clear()
     for name in data_files.RAW_FILES:
         assert (tmp_path / "cache" / "FashionMNIST" / "raw" / name[:-3]).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_the_data_says_where_it_came_from_and_where_it_is_kept(tmp_path, monkeypatch):
+    """Check that the one line notebook 00's first data cell prints names the source find_raw_dir chose (LAB_DATA_DIR,
+    Debian's package, or torchvision's download), says when LAB_DATA_DIR was set but not used, and names the folder
+    the lab reads the decompressed files from"""
+    debian, mine, empty = tmp_path / "debian", tmp_path / "mine", tmp_path / "empty"
+    for folder in (debian, mine):
+        folder.mkdir()
+        for name in data_files.RAW_FILES:
+            (folder / name).touch()
+    empty.mkdir()
+    monkeypatch.setattr(data_files, "DEBIAN_DIR", debian)
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    kept = f"decompressed once into {tmp_path / 'cache' / 'FashionMNIST' / 'raw'} (LAB_CACHE_DIR moves it)"
+    monkeypatch.setenv("LAB_DATA_DIR", str(mine))
+    assert data.origin() == f"FashionMNIST from LAB_DATA_DIR ({mine}), {kept}"
+    monkeypatch.setenv("LAB_DATA_DIR", str(empty))
+    assert data.origin() == (f"FashionMNIST from Debian's package dataset-fashion-mnist ({debian}; LAB_DATA_DIR="
+                             f"{empty} does not hold the four IDX files), {kept}")
+    monkeypatch.delenv("LAB_DATA_DIR")
+    assert data.origin() == f"FashionMNIST from Debian's package dataset-fashion-mnist ({debian}), {kept}"
+    monkeypatch.setattr(data_files, "DEBIAN_DIR", empty)
+    assert data.origin() == (f"FashionMNIST downloaded by torchvision (no LAB_DATA_DIR, no Debian package in {empty}), "
+                             f"{kept}")

@@ -14,10 +14,15 @@ The rule of ``amp="auto"``, per device type (written here once; lab 5 explains i
   oneDNN emulates bf16, and bf16 autocast measured 4.8x *slower* than float32 on a 2-core AVX2 EPYC.
 
 ``amp="bf16"`` always autocasts to bf16; ``amp="fp16"`` needs a GPU (CPU autocast computes in bf16).
+
+That rule is a default, from the hardware's instructions; lab 5 then times the student's loop both ways on their own
+machine (:func:`labutils.measure.compare_throughput`), and :func:`confirmed` keeps ``auto``'s choice only where that
+measurement does not show it slower: a notebook never trains in a precision its own cell showed to be slower.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -104,3 +109,18 @@ def make_scaler(amp_dtype: torch.dtype | None, device) -> torch.amp.GradScaler |
     if amp_dtype == torch.float16 and device.type in GPU_FP16:
         return torch.amp.GradScaler(device.type)
     return None
+
+
+def confirmed(precision: Precision, comparison, sixteen: torch.dtype, label: str, base: str = "fp32") -> Precision:
+    """``amp="auto"``'s ``precision`` checked against this machine's ``comparison`` (a
+    :class:`labutils.measure.Comparison` of the loop under ``sixteen``-bit autocast, ``label``, and in float32,
+    ``base``): the way that was faster in every round is the one to train in; where the rounds disagree (within the
+    noise) the default stands, said so. The reason carries the measured figures."""
+    figures = comparison.verdict(label, base).partition(":")[0]
+    if comparison.slower(label, base) and precision.dtype == sixteen:
+        return Precision(None, False, f"amp='auto' measured here: {figures}, slower in every round, so float32")
+    if comparison.slower(base, label) and precision.dtype is None:
+        scaler = sixteen == torch.float16
+        return Precision(sixteen, scaler, f"amp='auto' measured here: {figures}, faster in every round")
+    how = "within the noise" if comparison.within_noise(label, base) else "as the default expects"
+    return dataclasses.replace(precision, reason=f"{precision.reason}; measured here: {figures}, {how}")

@@ -161,7 +161,7 @@ class Notebook:
 # --- the contracts ---------------------------------------------------------------------------------------------------
 
 _TRAIN = ("model", "loader", "optimizer")
-_EPOCH = "one pass over `loader`"
+_EPOCH = "one pass over `loader` (at least one batch)"
 
 
 def _device(prop: str) -> Argument:
@@ -222,7 +222,7 @@ EXERCISES: tuple[Exercise, ...] = (
                   ("return_value", "accuracy")),
          Property("restore_mode", 1, "evaluate leaves the model in train mode afterwards", ("restore_mode",)))),
     _train("scheduler", "02_scheduler", ("scheduler",), "float",
-           "as 01, plus `scheduler.step()` once after every `optimizer.step()`",
+           "as 01, plus `scheduler.step()` once after every `optimizer.step()` (`scheduler` is always given)",
            (_device("loop"),),
            (Property("loop", 1, "train_one_epoch keeps lab 1's loop: order, gradient, mean loss",
                      _LOOP + _RETURNS),
@@ -231,8 +231,8 @@ EXERCISES: tuple[Exercise, ...] = (
             Property("scheduler_every_step", 1, "train_one_epoch steps the scheduler exactly once per optimizer "
                                                 "step", ("scheduler",)))),
     _train("clipping", "03_clipping", ("scheduler", "max_norm"), "tuple[float, list[float]]",
-           "as 02, plus `clip_grad_norm_(model.parameters(), max_norm)` between backward and step; returns (mean "
-           "loss, pre-clip global norm of every optimizer step as floats)",
+           "as 02, plus `clip_grad_norm_(model.parameters(), max_norm)` (L2: the default norm_type) between backward "
+           "and step; returns (mean loss, pre-clip global norm of every optimizer step as floats)",
            (_max_norm("clip"), _device("loop")),
            (Property("loop", 1, "train_one_epoch keeps lab 2's loop: order, gradient, scheduler, mean loss",
                      _LOOP + _RETURNS + _SCHEDULER),
@@ -241,12 +241,13 @@ EXERCISES: tuple[Exercise, ...] = (
             Property("norms", 1, "train_one_epoch returns the pre-clip norm of every optimizer step as floats",
                      ("norms",)))),
     _train("accumulation", "04_accumulation", ("scheduler", "max_norm", "accum_steps"), "tuple[float, list[float]]",
-           "loss divided by `accum_steps`; one clip + optimizer step + scheduler step per `accum_steps` micro-batches; "
+           "loss divided by `accum_steps` (or the window's summed gradients, before clipping); one clip + optimizer "
+           "step + scheduler step per `accum_steps` micro-batches, after the window's last backward; "
            "a trailing partial group is stepped too (scaled by 1/its size, or by 1/accum_steps as Lightning does); one "
            "norm per optimizer step",
            (Argument("accum_steps", (2, 3), "window"), _max_norm("loop"), _device("loop")),
-           (Property("loss_divided", 1, "train_one_epoch divides each micro-batch's loss by accum_steps",
-                     ("loss_divided",)),
+           (Property("loss_divided", 1, "train_one_epoch averages each window's gradients (its loss or its "
+                                        "gradients divided by accum_steps)", ("loss_divided",)),
             Property("window", 1, "train_one_epoch accumulates accum_steps micro-batches into each optimizer step",
                      ("accumulation",)),
             Property("trailing", 0.5, "train_one_epoch also steps the trailing partial window", ("trailing",)),

@@ -7,7 +7,8 @@ returns a :class:`Run` without results that says which exercise to finish, so th
 instead of a ``NameError``.
 
 Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the epochs the notebook asks for;
-``smoke`` and ``grade`` use 2,048 images and one short epoch. ``NBGRADER_EXECUTION`` (set by nbgrader while it
+``smoke`` and ``grade`` use 2,048 images and short runs (one epoch; the checkpointing labs train the two or three
+their checkpoints need, :data:`labutils.exercises.SETTINGS`). ``NBGRADER_EXECUTION`` (set by nbgrader while it
 validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one;
 ``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.devices`), chosen once in :func:`start`.
 
@@ -138,17 +139,23 @@ def take(loader, n: int) -> list:
     return list(itertools.islice(loader, n))
 
 
-FAST_TIMING = (2, 16)  # what a throughput comparison times in a fast run: two batches of 16 images
+FAST_TIMING = (2, 32, 3)  # what a throughput comparison times in a fast run: 3 rounds of two batches of 32 images
+FULL_ROUNDS = 5  # the rounds of a full run's comparison
 
 
 def timing_batches(loader, n: int) -> list:
-    """The batches a throughput comparison times: the first ``n`` of epoch 0 (all, where there are fewer), or in a
-    fast run (smoke, grade) :data:`FAST_TIMING`. A fast run's speeds are not worth reading, and 16-bit autocast is
-    slow where it is emulated: fp16 on a CPU took ~1.2 s a batch of 128, 3.5 s of every graded lab 8."""
+    """The batches a throughput comparison times in each round: the first ``n`` of epoch 0 (all, where there are
+    fewer), or in a fast run (smoke, grade) :data:`FAST_TIMING`'s. 16-bit autocast is slow where it is emulated: fp16
+    on a CPU took ~1.2 s a batch of 128, so a fast run times small batches (and says when they show no difference)."""
     if is_fast():
-        count, size = FAST_TIMING
+        count, size, _ = FAST_TIMING
         return [(x[:size], y[:size]) for x, y in take(loader, count)]
     return take(loader, n)
+
+
+def timing_rounds() -> int:
+    """How many interleaved rounds a throughput comparison times (:func:`labutils.measure.compare_throughput`)."""
+    return FAST_TIMING[2] if is_fast() else FULL_ROUNDS
 
 
 def scratch_dir(name: str) -> Path:
@@ -285,22 +292,36 @@ def kept(cfg: LabConfig, label: str) -> Run | None:
     return run
 
 
+def _curves(rows: list[dict]) -> str:
+    """What the loss curves of ``rows`` show, each claim read from the numbers it is about (4 decimals: two runs
+    printed 0.2546 and 0.2562, and a rise of 0.0016 is a rise)."""
+    first, last = rows[0], rows[-1]
+    low = min(rows, key=lambda row: row["val_loss"])
+    train_falling = last["train_loss"] == min(row["train_loss"] for row in rows)
+    said = (f"Train loss {first['train_loss']:.4f} -> {last['train_loss']:.4f}, validation loss "
+            f"{first['val_loss']:.4f} -> {last['val_loss']:.4f}: ")
+    if len(rows) == 1:
+        return said + "a single epoch, too short to see a trend."
+    train = "training loss at its lowest too" if train_falling else "training loss not at its lowest either"
+    if low is last:
+        more = ", so more epochs would likely still help." if train_falling else "."
+        return said + f"validation loss at its lowest at the last epoch, {train}{more}"
+    rise = last["val_loss"] / low["val_loss"] - 1
+    if rise <= 0.02:
+        return said + (f"validation loss {rise:.1%} above its lowest ({low['val_loss']:.4f} at epoch {low['epoch']}): "
+                       f"about flat at the end, {train}; more epochs at this learning rate would add little.")
+    start = " while training loss kept falling, the start of overfitting" if train_falling else ""
+    return said + (f"validation loss rose after epoch {low['epoch']} ({low['val_loss']:.4f} -> "
+                   f"{last['val_loss']:.4f}, {rise:.1%}){start}.")
+
+
 def loop_note(run: Run, max_norm: float | None = None) -> str:
     """The run in three lines: the best epoch, what the curves imply, and whether it was stable."""
     rows = run.history
     best, last = run.best, rows[-1]
     lines = [f"Loop note ({run.label}): best validation accuracy {best['val_acc']:.2%} at epoch {best['epoch']} of "
              f"{last['epoch']} (last {last['val_acc']:.2%})."]
-    low = min(rows, key=lambda row: row["val_loss"])
-    curves = (f"Train loss {rows[0]['train_loss']:.3f} -> {last['train_loss']:.3f}, validation loss "
-              f"{rows[0]['val_loss']:.3f} -> {last['val_loss']:.3f}: ")
-    if len(rows) == 1:
-        curves += "a single epoch, too short to see a trend."
-    elif last["val_loss"] > 1.02 * low["val_loss"]:
-        curves += f"validation loss rose after epoch {low['epoch']} while training loss fell, the start of overfitting."
-    else:
-        curves += "both still at their lowest, so more epochs would likely still help."
-    lines.append(curves)
+    lines.append(_curves(rows))
     finite = all(math.isfinite(row[k]) for row in rows for k in ("train_loss", "val_loss"))
     rises = [row["epoch"] for prev, row in itertools.pairwise(rows) if row["train_loss"] > prev["train_loss"]]
     stable = "Stable: " if finite and not rises else "Not stable: "

@@ -1,9 +1,11 @@
-"""Measuring a student's loop without changing it: throughput after a warm-up, step counts through hooks, and the
-steps a GradScaler skipped."""
+"""Measuring a student's loop without changing it: throughput after a warm-up (one way, or several compared in
+interleaved rounds), step counts through hooks, and the steps a GradScaler skipped."""
 
 from __future__ import annotations
 
+import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -20,6 +22,71 @@ def samples_per_second(train_on, batches: list, warmup: int = 2, device="cpu") -
     train_on(batches)
     synchronize(device)
     return sum(len(y) for _, y in batches) / (time.perf_counter() - started)
+
+
+@dataclass
+class Comparison:
+    """Several ways to train the same batches, timed in interleaved rounds: ``speeds[label]`` holds the samples per
+    second of each round. A round times every way once, in an order that rotates from round to round, so a burst of
+    load elsewhere on the machine falls on all of them alike; the median of the rounds is the figure, their spread
+    how far it can be trusted."""
+
+    speeds: dict[str, list[float]]
+    samples: int  # per round and way
+
+    def median(self, label: str) -> float:
+        return statistics.median(self.speeds[label])
+
+    def ratios(self, label: str, base: str) -> list[float]:
+        """``label``'s speed over ``base``'s, round by round (the same moment of the machine for both)."""
+        return [a / b for a, b in zip(self.speeds[label], self.speeds[base])]
+
+    def ratio(self, label: str, base: str) -> float:
+        return statistics.median(self.ratios(label, base))
+
+    def within_noise(self, label: str, base: str) -> bool:
+        """The rounds disagree on which is faster: some had ``label`` faster, some slower."""
+        ratios = self.ratios(label, base)
+        return min(ratios) <= 1.0 <= max(ratios)
+
+    def slower(self, label: str, base: str) -> bool:
+        """``label`` was slower than ``base`` in every round."""
+        return max(self.ratios(label, base)) < 1.0
+
+    def verdict(self, label: str, base: str) -> str:
+        """One sentence: how ``label`` compares with ``base`` here, with the spread of the rounds."""
+        ratios, rounds = self.ratios(label, base), len(self.speeds[base])
+        said = f"{label} ran at {self.ratio(label, base):.2f}x {base} (median of {rounds} rounds, " \
+               f"{min(ratios):.2f}x to {max(ratios):.2f}x)"
+        if self.within_noise(label, base):
+            return (said + ": within the noise of this machine. Some rounds had it faster and some slower, so this "
+                    "measurement shows no difference; a quieter machine or more batches might.")
+        return said + (": slower in every round." if self.slower(label, base) else ": faster in every round.")
+
+    def __str__(self) -> str:
+        lines = [f"{label:>16}: {self.median(label):>9,.0f} samples/s  (median of {len(v)} rounds of {self.samples} "
+                 f"samples; {min(v):,.0f} to {max(v):,.0f})" for label, v in self.speeds.items()]
+        return "\n".join(lines)
+
+
+def compare_throughput(ways: dict, batches: list, rounds: int = 5, warmup: int = 1, device="cpu") -> Comparison:
+    """Time each of ``ways`` (label -> ``train_on(batches)``, e.g. the student's loop in one precision) on the same
+    ``batches``: a warm-up call each on the first ``warmup`` batches (allocation, kernel choice: the same batch size),
+    then ``rounds`` interleaved rounds (see :class:`Comparison`). On a GPU the clock starts and stops with its queue
+    empty (:func:`labutils.devices.synchronize`)."""
+    labels = list(ways)
+    for label in labels:
+        ways[label](batches[:warmup])
+    samples = sum(len(y) for _, y in batches)
+    speeds: dict[str, list[float]] = {label: [] for label in labels}
+    for r in range(rounds):
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            synchronize(device)
+            started = time.perf_counter()
+            ways[label](batches)
+            synchronize(device)
+            speeds[label].append(samples / (time.perf_counter() - started))
+    return Comparison(speeds, samples)
 
 
 class StepCounter:

@@ -88,3 +88,53 @@ def test_scaler_watch_sees_a_real_overflow_skip_a_step_and_the_scale_back_off():
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert str(watch).startswith(f"{watch.skipped} of 40 fp16 steps skipped by the GradScaler")
     assert f"backed off {watch.skipped} times" in str(watch)
+
+
+# --- timing a student can believe (issue 45) --------------------------------------------------------------------------
+
+
+def _comparison(fp32, sixteen):
+    from labutils.measure import Comparison
+
+    return Comparison({"fp32": list(fp32), "bf16 autocast": list(sixteen)}, samples=64)
+
+
+def test_a_comparison_says_when_its_rounds_disagree():
+    """The median of interleaved rounds, their spread, and a sentence when the rounds disagree on which is faster."""
+    noisy = _comparison([1000, 1000, 1000], [800, 1100, 1300])
+    assert noisy.within_noise("bf16 autocast", "fp32") and not noisy.slower("bf16 autocast", "fp32")
+    assert "within the noise" in noisy.verdict("bf16 autocast", "fp32")
+    assert "1.10x fp32 (median of 3 rounds, 0.80x to 1.30x)" in noisy.verdict("bf16 autocast", "fp32")
+    slow = _comparison([5000, 4000, 5200], [1000, 900, 1100])
+    assert slow.slower("bf16 autocast", "fp32") and "slower in every round" in slow.verdict("bf16 autocast", "fp32")
+    assert "1,000 samples/s" in str(slow) and "900 to 1,100" in str(slow)
+
+
+def test_auto_never_trains_in_a_precision_its_own_measurement_showed_slower():
+    """amp='auto' picks by the CPU's instructions; the measurement on this machine overrides it when every round
+    disagrees with it, and otherwise says the default stands, with the figures."""
+    from labutils import amp
+
+    bf16 = amp.Precision(torch.bfloat16, False, "amp='auto' on a CPU with bf16 instructions")
+    fp32 = amp.Precision(None, False, "amp='auto' on a CPU without bf16 instructions")
+    slow, fast = _comparison([5000] * 3, [900, 1000, 1100]), _comparison([1000] * 3, [1500, 1600, 1700])
+    noisy = _comparison([1000] * 3, [900, 1000, 1200])
+    dropped = amp.confirmed(bf16, slow, torch.bfloat16, "bf16 autocast")
+    assert dropped.dtype is None and "slower in every round, so float32" in dropped.reason, dropped
+    assert amp.confirmed(fp32, fast, torch.bfloat16, "bf16 autocast").dtype is torch.bfloat16
+    kept = amp.confirmed(bf16, noisy, torch.bfloat16, "bf16 autocast")
+    assert kept.dtype is torch.bfloat16 and "within the noise" in kept.reason, kept
+    assert amp.confirmed(fp32, slow, torch.bfloat16, "bf16 autocast").dtype is None
+
+
+def test_compare_throughput_interleaves_its_rounds():
+    """Each round times every way once, the first way rotating, after a warm-up of each on the same batch size."""
+    from labutils import measure
+
+    calls = []
+    ways = {name: (lambda b, name=name: calls.append((name, len(b)))) for name in ("a", "b", "c")}
+    batches = [(torch.zeros(4, 1), torch.zeros(4))] * 3
+    comparison = measure.compare_throughput(ways, batches, rounds=3, warmup=1)
+    assert calls[:3] == [("a", 1), ("b", 1), ("c", 1)]
+    assert [name for name, _ in calls[3:]] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert comparison.samples == 12 and all(len(v) == 3 for v in comparison.speeds.values())

@@ -87,8 +87,8 @@ def test_lab_6s_answer_is_not_importable_from_the_handout():
 
 
 def test_lab_7s_own_pair_handed_in_as_lab_6s_answer_earns_nothing():
-    """The pair lab 7's check hands the loop ships with the checks; one instance as both halves (so the load finds
-    what the save held) still earns nothing: no temp file and rename, nothing on disk that loads."""
+    """The pair lab 7's check lends the loop ships with the checks, and writes real checkpoints there; handed in as
+    both halves it earns nothing: it saves only while lab 7's check traces the loop it was lent to."""
     from labutils.checks.resumable import HeldCheckpoints
 
     held = HeldCheckpoints()

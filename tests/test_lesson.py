@@ -123,16 +123,34 @@ def test_a_fast_run_says_which_numbers_the_text_and_the_questions_use(monkeypatc
 
 
 def test_a_fast_run_times_two_small_batches_and_a_full_run_the_ones_asked_for(monkeypatch):
-    """Lab 5's and lab 8's throughput cells time ``lesson.timing_batches``: in a fast run two batches of 16 images (fp16
-    autocast on a CPU took 3.5 s of every graded lab 8 at batch 128), in full mode the first ``n`` of epoch 0, whole
-    and in order."""
+    """Lab 5's and lab 8's throughput cells time ``lesson.timing_batches`` in each of ``timing_rounds()`` rounds: in a
+    fast run two batches of 32 images, 3 rounds (fp16 autocast on a CPU took 3.5 s of every graded lab 8 at batch
+    128), in full mode the first ``n`` of epoch 0, whole and in order."""
     loader = [(torch.full((128, 1), float(i)), torch.full((128,), i)) for i in range(6)]
     monkeypatch.setattr(lesson.data, "set_position", lambda loader, epoch: None)
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)  # it would mean grade mode whatever LAB_MODE says
     monkeypatch.setenv("LAB_MODE", "grade")
     fast = lesson.timing_batches(loader, 4)
-    assert [(x.shape[0], int(y[0])) for x, y in fast] == [(16, 0), (16, 1)] == [(lesson.FAST_TIMING[1], i)
+    assert [(x.shape[0], int(y[0])) for x, y in fast] == [(32, 0), (32, 1)] == [(lesson.FAST_TIMING[1], i)
                                                                                 for i in range(2)]
+    assert lesson.timing_rounds() == 3
     monkeypatch.setenv("LAB_MODE", "full")
     assert [(x.shape[0], int(y[0])) for x, y in lesson.timing_batches(loader, 4)] == [(128, i) for i in range(4)]
     assert len(lesson.timing_batches(loader, 40)) == 6  # fewer than asked: all of them
+
+
+@pytest.mark.parametrize("val_losses, said", [
+    ([0.30, 0.27, 0.2546, 0.2562], "validation loss 0.6% above its lowest (0.2546 at epoch 3): about flat"),
+    ([0.30, 0.27, 0.26, 0.25], "validation loss at its lowest at the last epoch, training loss at its lowest too, so "
+                               "more epochs"),
+    ([0.30, 0.25, 0.27, 0.29], "validation loss rose after epoch 2 (0.2500 -> 0.2900, 16.0%) while training loss kept "
+                               "falling, the start of overfitting")])
+def test_the_loop_note_says_what_the_numbers_show(val_losses, said):
+    """A validation loss that rose from 0.2546 to 0.2562 is not "still at its lowest" (issue 45): each claim of the
+    note is read from the numbers it is about."""
+    run = lesson.Run("baseline")
+    run._history = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": v, "val_acc": 0.8, "seconds": 1.0,
+                     "eval_seconds": 0.1, "samples_per_s": 10.0} for e, v in enumerate(val_losses, start=1)]
+    note = lesson.loop_note(run)
+    assert said in note, note
+    assert "still at their lowest" not in note

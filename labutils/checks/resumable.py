@@ -22,7 +22,7 @@ from torch.optim.lr_scheduler import LinearLR
 from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
-from ..trace import Tracer, mode_words, mark_batches
+from ..trace import Tracer, current, mark_batches, mode_words
 from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report,
                       reference_failure, scratch, traced_call)
 from . import evidence, on_gpu
@@ -49,23 +49,32 @@ class HeldCheckpoints:
     the step and ``capture_rng_state()``), so a loop that reads one with ``torch.load`` itself finds what it expects,
     and the loop's names, listings and file times are real. Each save is recorded in the trace (``lent_save``) with the
     steps the optimizer and the scheduler had taken when it was called: a save placed between ``optimizer.step()``
-    and ``scheduler.step()`` shows there. Not an answer to lab 6: the file is written in place, not atomically."""
+    and ``scheduler.step()`` shows there. Not an answer to lab 6 (the handout ships it): it saves only while lab 7's
+    check traces the loop it was lent to, and the file is written in place, not atomically."""
 
-    def __init__(self, tracer: Tracer | None = None):
-        self.tracer = tracer
+    lent = False  # set by _lent_pair: only then, and only inside lab 7's tracing, does the pair work
+
+    def _tracer(self) -> Tracer:
+        """The trace of the loop this pair was lent to; anywhere else the pair refuses to work."""
+        tracer = current()
+        if not self.lent or tracer is None or tracer.forbidden != tuple(exercises.FORBIDDEN["resume"]):
+            raise RuntimeError("lab 7's check lends this pair to the loop it checks, and it works nowhere else: lab "
+                               "6's save_checkpoint and load_checkpoint are yours to write")
+        return tracer
 
     def save_checkpoint(self, path, model, optimizer, scheduler, scaler, step):
         """Save every part given (None stays None), as a complete lab 6 checkpoint would."""
+        tracer = self._tracer()
         objects = dict(zip(LAYOUT, (model, optimizer, scheduler, scaler)))
         state = {part: None if obj is None else obj.state_dict() for part, obj in objects.items()}
         torch.save({**state, "step": step, "rng": capture_rng_state()}, path)
-        if self.tracer is not None:
-            self.tracer.record("lent_save", {"path": os.fspath(path), "step": step,
-                                             "optimizer_steps": _optimizer_steps(optimizer),
-                                             "scheduler_steps": getattr(scheduler, "last_epoch", None)})
+        tracer.record("lent_save", {"path": os.fspath(path), "step": step,
+                                    "optimizer_steps": _optimizer_steps(optimizer),
+                                    "scheduler_steps": getattr(scheduler, "last_epoch", None)})
 
     def load_checkpoint(self, path, model, optimizer, scheduler, scaler):
         """Restore the file's parts into the objects given (those given as None stay as they are); the step."""
+        self._tracer()
         state = torch.load(path, weights_only=True)
         if not (isinstance(state, dict) and set(LAYOUT) <= set(state)):
             raise ValueError(f"{os.fspath(path)} is not a checkpoint save_checkpoint wrote: in lab 7 the loop saves "
@@ -85,7 +94,7 @@ def _optimizer_steps(optimizer) -> int | None:
 
 
 @contextlib.contextmanager
-def _lent_pair(train_fn, tracer: Tracer | None = None):
+def _lent_pair(train_fn):
     """A fresh :class:`HeldCheckpoints`'s pair under the names ``save_checkpoint`` / ``load_checkpoint`` in
     ``train_fn``'s globals while the check runs it: the loop and every helper of its notebook (or module) that calls
     them by name call the check's pair; the student's own are put back after. In the grader's judge ``train_fn`` is
@@ -94,7 +103,8 @@ def _lent_pair(train_fn, tracer: Tracer | None = None):
     if env is None:
         yield
         return
-    held = HeldCheckpoints(tracer)
+    held = HeldCheckpoints()
+    held.lent = True
     names = {"save_checkpoint": held.save_checkpoint, "load_checkpoint": held.load_checkpoint}
     before = {name: env[name] for name in names if name in env}
     env.update(names)
@@ -183,7 +193,7 @@ def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCH
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
     tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
                     devices=True)
-    with _lent_pair(fn, tracer):  # lab 6's pair known to be right: the loop alone is judged
+    with _lent_pair(fn):  # lab 6's pair known to be right: the loop alone is judged
         run = traced_call(fn, args, tracer, {"on_step": log})
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 

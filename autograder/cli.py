@@ -174,17 +174,15 @@ def _grade(args, zygote=None) -> int:
 
 
 def _export(args) -> int:
-    from .results.export import export_grades
-    from .results.gradebook import refresh_penalties
-    from .results.lms import ExportError
+    from .results.writers.lms import ExportError
+    from .results.writers.nbgrader_csv import export_grades
 
     if args.format != "nbgrader":
         return _export_lms(args)
     if args.roster or args.match or args.mapping or args.column:
         raise _UsageError("--roster, --match, --mapping and --column go with --format canvas or moodle")
     with _usage_errors(FileNotFoundError, ExportError):
-        refresh_penalties(args.out)  # from the current scores: a hand grade given since grading counts
-        dest = export_grades(args.out, args.to)
+        dest = export_grades(args.out, args.to)  # from the current scores: a hand grade given since grading counts
     print(f"wrote {dest}", file=sys.stderr)
     return 0
 
@@ -192,7 +190,7 @@ def _export(args) -> int:
 def _export_lms(args) -> int:
     """An LMS import file; exit 1 when a graded submission's grade would not reach the LMS (no roster row, or an
     identity that clashes with another's)."""
-    from .results.lms import ExportError, export_lms
+    from .results.writers.lms import ExportError, export_lms
 
     if args.roster is None:
         raise _UsageError(f"--format {args.format} needs --roster: the gradebook CSV exported from the LMS")

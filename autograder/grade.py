@@ -9,8 +9,8 @@ Three steps, each a function:
    own copy of that gradebook, and hands back one :class:`~autograder.channel.Result` per task. Locally that is
    :class:`autograder.run.pool.LocalExecutor` (``-j`` worker processes, longest tasks first); any object with its
    ``start`` / ``run`` / ``close`` can take its place (a Dask cluster).
-3. :func:`collect`: this process alone writes the real gradebook (SQLite by default, any SQLAlchemy URL), the
-   feedback and the reports (:mod:`autograder.results`).
+3. :func:`autograder.results.collect.collect`: this process alone writes the real gradebook (SQLite by default, any
+   SQLAlchemy URL), builds the class record from it and writes every page (:mod:`autograder.results`).
 
 A task that hangs past every limit has its worker killed and restarted; the student gets zero for that notebook with
 the reason, the others are still graded, and the exit status says the run is incomplete.
@@ -25,7 +25,6 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -42,8 +41,10 @@ from .run.pool import LocalExecutor
 from .sandbox.isolation import LAYERS
 from .results import journal
 from .results import late
-from .results.late import Deadlines, Lateness
+from .results.late import Deadlines
+from .results.collect import collect
 from .results.outcome import TaskOutcome
+from .results.record import ClassRecord
 from .untrusted import shown
 
 if TYPE_CHECKING:
@@ -101,20 +102,6 @@ class GradeOptions:
         + ", ".join(LAYERS) + ")"))
 
 
-@dataclass
-class ClassGrades:
-    out: Path
-    students: list[str]
-    notebooks: list[str]
-    outcomes: dict[tuple[str, str], TaskOutcome]
-    student_notes: dict[str, list[str]]
-    complete: bool
-    problems: list[str]
-    seconds: float
-    timings: dict[str, float] = field(default_factory=dict)  # the parent's own steps, seconds
-    lateness: dict[tuple[str, str], Lateness] | None = None  # None: the course has no deadline
-
-
 def log(message: str) -> None:
     """A line for stderr, names and notes in it escaped (see :mod:`autograder.untrusted`)."""
     print(shown(message, limit=None, keep_newlines=True), file=sys.stderr, flush=True)
@@ -161,7 +148,7 @@ class Plan:
 
 
 def grade(submissions: Path, out: Path, options: GradeOptions | None = None, root: Path = REPO_ROOT,
-          executor=None, private: tuple[Path, ...] = ()) -> ClassGrades:
+          executor=None, private: tuple[Path, ...] = ()) -> ClassRecord:
     """Plan, run (``executor``, default :class:`LocalExecutor` with ``options.jobs``), collect. ``private``: folders
     besides OUT that student code must neither read nor write (Gradescope's results)."""
     from .course.submissions import require_existing
@@ -221,7 +208,15 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
             problems.append("files under solutions/, labutils/, autograder/ or notebooks/ changed while grading: "
                             "a submission may have written outside its folder; check `git status` before trusting "
                             "these grades")
-        return collect(the_plan, outcomes, problems, started, say=progress.log)
+        t0 = time.monotonic()
+        record = collect(the_plan, outcomes, problems, lambda: time.monotonic() - started, progress.log)
+        the_plan.timings["collect_s"] = time.monotonic() - t0
+        write_atomically(the_plan.out / "timings.json", (json.dumps(
+            {k: round(v, 2) for k, v in the_plan.timings.items()}, indent=1) + "\n").encode())
+        progress.log(f"done in {_fmt(record.run.seconds)}: {len(record.students)} student(s); grades in "
+                     f"{the_plan.out / 'grades.csv'}" + ("" if record.complete else f"; {len(record.problems)} "
+                     "problem(s):\n  " + "\n  ".join(map(shown, record.problems))))
+        return record
     finally:
         executor.close()
         if not opts.keep_work:
@@ -373,63 +368,3 @@ def _new_sqlite_file(db_url: str) -> Path | None:
         return None
     path = Path(url.database)
     return None if path.exists() else path
-
-
-def _lateness(the_plan: Plan, started: float) -> dict[tuple[str, str], Lateness] | None:
-    """Each handed-in notebook's lateness (None without deadlines), its time from :mod:`.results.handin`; each
-    student's time read once, the run's start standing for the collection."""
-    from datetime import datetime, timezone
-
-    from .results import handin
-
-    if the_plan.deadlines is None:
-        return None
-    now = datetime.now(timezone.utc) - timedelta(seconds=time.monotonic() - started)
-    found = {}
-    for sub in the_plan.submissions:
-        times = handin.handed_in(the_plan.deadlines, sub, now)
-        found.update({(x.student, x.notebook): x for x in late.assess(the_plan.deadlines, sub.student, times)})
-    return found
-
-
-def collect(the_plan: Plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: list[str],
-            started: float, say=None) -> ClassGrades:
-    """The gradebook, the feedback under OUT/feedback/<student>/, grades.csv, the JSON and the summary."""
-    from .results import gradebook, report
-
-    out = the_plan.out
-    timings = the_plan.timings
-    t0 = time.monotonic()
-    gradebook.store_in_gradebook(the_plan.db_url, the_plan.students, the_plan.notebooks, outcomes)
-    lateness = _lateness(the_plan, started)
-    problems = list(problems) + sorted({f"{x.student}: hand-in time not known, no late penalty applied: {x.problem}"
-                                        for x in (lateness or {}).values() if x.problem})
-    for note in late.unknown_names(the_plan.deadlines, the_plan.students, the_plan.notebooks) \
-            if the_plan.deadlines else []:
-        (say or log)(f"WARNING: {note}")
-    gradebook.store_penalties(the_plan.db_url, the_plan.students, the_plan.notebooks, lateness)
-    late.save(out, None if lateness is None else list(lateness.values()))
-    timings["store_s"] = time.monotonic() - t0
-    for outcome in outcomes.values():
-        if outcome.feedback and Path(outcome.feedback).exists():
-            target = out / "feedback" / outcome.student / f"{outcome.notebook}.html"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(outcome.feedback, target)
-            outcome.feedback = str(target)
-    from .course.formgrader import write_course
-
-    for note in write_course(the_plan, outcomes):  # OUT becomes the nbgrader course: formgrader, export
-        (say or log)(note)
-    problems = list(problems) + [f"{o.student}/{o.notebook}: not graded: {'; '.join(o.notes)}"
-                                 for o in outcomes.values() if o.status == "error"]
-    result = ClassGrades(out=out, students=the_plan.students, notebooks=the_plan.notebooks, outcomes=outcomes,
-                       student_notes={s.student: s.notes for s in the_plan.submissions}, complete=not problems,
-                       problems=problems, seconds=time.monotonic() - started, timings=timings, lateness=lateness)
-    t0 = time.monotonic()
-    report.write_all(result, the_plan.db_url)
-    timings["reports_s"] = time.monotonic() - t0
-    write_atomically(out / "timings.json",
-                             (json.dumps({k: round(v, 2) for k, v in timings.items()}, indent=1) + "\n").encode())
-    (say or log)(f"done in {_fmt(result.seconds)}: {len(result.students)} student(s); grades in {out / 'grades.csv'}"
-        + ("" if result.complete else f"; {len(problems)} problem(s):\n  " + "\n  ".join(map(shown, problems))))
-    return result

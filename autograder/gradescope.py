@@ -3,7 +3,7 @@
 ``run_autograder`` (in the zip :mod:`autograder.course.gradescope_zip` builds) calls ``python -m autograder
 gradescope-run``: :func:`run` grades ``/autograder/submission`` as one student with :func:`autograder.grade.grade`,
 confined as far as the container allows (the grader says which layers it could not apply; that goes to the
-instructor-only stdout), and hands the student's record to :mod:`autograder.results.gradescope_results`, which writes
+instructor-only stdout), and hands the class record to :mod:`autograder.results.writers.gradescope`, which writes
 ``/autograder/results/results.json``: one test per graded property with its points and the check's message, a hidden
 test's shown only after the scores are published. Late penalties (Gradescope applies none itself): the zip's
 deadlines.toml policy on Gradescope's own submission time and due date, the student's extension included, from
@@ -24,8 +24,7 @@ from pathlib import Path
 from .grade import GradeOptions, grade
 from .layout import ASSIGNMENT, DEFAULT_GRADESCOPE_ROOT, GRADESCOPE_ROOT_ENV, REPO_ROOT, GradescopeLayout
 from .results import handin
-from .results.gradescope_results import GradescopeResults, hidden_tests, to_results
-from .results.record import StudentRecord
+from .results.writers.gradescope import GradescopeResults, to_results
 
 STUDENT = "student"  # the one student a Gradescope run grades
 
@@ -52,11 +51,10 @@ def run(layout: GradescopeLayout, source: Path | None = None) -> int:
         try:
             course = handin.from_gradescope(layout.metadata, layout.deadlines, STUDENT) \
                 if layout.deadlines.exists() else None
-            result = grade(_submission_folder(layout, work), work / "out",
+            record = grade(_submission_folder(layout, work), work / "out",
                            GradeOptions(jobs=min(2, os.cpu_count() or 1), source=source, course_deadlines=course),
                            root=REPO_ROOT, private=(layout.results.parent,))
-            record = StudentRecord.from_json((result.out / f"{STUDENT}.json").read_text())
-            log = (result.out / "grading.log").read_text(errors="replace")
+            log = (work / "out" / "grading.log").read_text(errors="replace")
         except GradingSetupError as exc:  # the container, not the submission: one line for the instructor
             print(f"The autograder {exc}", file=sys.stdout)
             _not_graded(layout, f"The autograder {exc}", started)
@@ -69,7 +67,7 @@ def run(layout: GradescopeLayout, source: Path | None = None) -> int:
                         started)
             return 1
         print(log)  # stdout: the instructor's (confinement layers, each notebook's line)
-        results = to_results(record, hidden_tests(source), time.monotonic() - started)
+        results = to_results(record, STUDENT, time.monotonic() - started)
         layout.results.write_text(results.to_json())
     return 0
 

@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 # what a grade run imports on its way (its plan, workers, feedback, reports, formgrader course), and the exports
 PRELOAD = ("autograder.cli", "autograder.grade", "autograder.course.release", "autograder.course.submissions",
            "autograder.course.formgrader", "autograder.run.pool", "autograder.run.worker", "autograder.run.task",
-           "autograder.run.feedback", "autograder.results.report", "autograder.results.summary",
-           "autograder.results.gradebook", "autograder.results.export", "autograder.results.lms",
+           "autograder.run.feedback", "autograder.results.collect", "autograder.results.writers.summary",
+           "autograder.results.gradebook", "autograder.results.writers.nbgrader_csv", "autograder.results.writers.lms",
            "nbgrader.api", "nbgrader.converters", "nbgrader.preprocessors", "matplotlib.figure",
            "matplotlib.backends.backend_agg")
 

@@ -39,7 +39,7 @@ def test_cells_with_commas_quotes_and_line_breaks_stay_one_cell():
 
 
 def test_grades_csv_and_the_export_are_written_through_the_helper():
-    """One writer: report.write_all and the export write CSV only through csvcells (no csv.writer of their own)."""
+    """One writer: grades.csv and the exports write CSV only through csvcells (no csv.writer of their own)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "autograder"
@@ -49,22 +49,19 @@ def test_grades_csv_and_the_export_are_written_through_the_helper():
 
 
 def test_the_export_neutralises_what_the_gradebook_holds(tmp_path):
-    """A student added by hand in formgrader with a formula for a name, and a comma in another field."""
-    from nbgrader.api import Gradebook
-
-    from autograder.course.nbgrader_setup import prepare_tools
-    from autograder.results.export import EXPORT_FIELDS, export_rows
+    """A student whose name in the gradebook is a formula (added by hand in formgrader), and a comma in another
+    field: the export's cells are text, its columns stay in place."""
     from autograder.results.csvcells import write_csv
+    from autograder.results.record import ClassRecord, StudentRecord
+    from autograder.results.writers.nbgrader_csv import FIELDS, rows
 
-    prepare_tools()  # nbgrader's Gradebook runs alembic from the venv
-    with Gradebook(f"sqlite:///{tmp_path / 'gb.db'}") as gb:
-        gb.add_assignment("loop_lab")
-        gb.add_student("=cmd|' /C calc'!A0", first_name="+1+1", last_name="Doe, Jr.", email="@h3+1")
-        gb.add_student("alice")
-        path = write_csv(tmp_path / "export.csv", EXPORT_FIELDS, export_rows(gb))
+    record = ClassRecord("loop_lab", [], [StudentRecord("=cmd|' /C calc'!A0", [], first_name="+1+1",
+                                                        last_name="Doe, Jr.", email="@h3+1"),
+                                          StudentRecord("alice", [])])
+    path = write_csv(tmp_path / "export.csv", FIELDS, rows(record))
     with open(path, newline="") as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert sorted(rows) == ["'=cmd|' /C calc'!A0", "alice"]
-    eve = rows["'=cmd|' /C calc'!A0"]
+        found = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert sorted(found) == ["'=cmd|' /C calc'!A0", "alice"]
+    eve = found["'=cmd|' /C calc'!A0"]
     assert (eve["first_name"], eve["last_name"], eve["email"], eve["score"]) == ("'+1+1", "Doe, Jr.", "'@h3+1", "0.0")
-    assert rows["alice"]["max_score"] == "0.0" and rows["alice"]["assignment"] == "loop_lab"
+    assert found["alice"]["max_score"] == "0.0" and found["alice"]["assignment"] == "loop_lab"

@@ -153,7 +153,7 @@ def graded(tmp_path_factory, autograder_cli):
     out, kills = tmp / "out", []
     for moment in ("with its workers, while a kernel runs", "after the first task", "after one more task",
                    "during the gradebook write", "during the summary"):
-        point = {"during the gradebook write": "gradebook", "during the summary": "summary"}.get(moment)
+        point = {"during the gradebook write": "gradebook", "during the summary": "summary.md"}.get(moment)
         if moment.startswith("with its workers"):  # nothing cleans up: what the run wrote stays where it wrote it
             run = GraderRun(tmp / "submissions", out, tmp)
             _kill_when(run, lambda: _kernel_running(run.tmpdir), with_workers=True)

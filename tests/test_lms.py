@@ -1,4 +1,4 @@
-"""LMS import files (autograder/results/lms.py) against golden files: realistic Canvas and Moodle gradebook exports
+"""LMS import files (autograder/results/writers/lms.py) against golden files: realistic Canvas and Moodle gradebook exports
 (ids with leading zeros, names with commas and quotes, UTF-8 names, sections, a byte-order mark, a Points Possible
 row, a test student) filled from known totals; every other cell stays as the LMS wrote it; the unmatched are listed."""
 
@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder.results import lms
-from autograder.results.lms import ExportError, StudentTotal
+from autograder.results.writers import lms
+from autograder.results.writers.lms import ExportError
+
+from autograder_cases.records import total
 
 GOLDEN = Path(__file__).parent / "golden" / "lms"
-TOTALS = [StudentTotal("extended", 1, 1, 0, 5), StudentTotal("late", 3.5, 4.5, 1, 5),
-          StudentTotal("notime", 0, 3, 3, 5), StudentTotal("ontime", 5, 5, 0, 5)]
+TOTALS = [total("extended", 1, 5, 0), total("late", 4.5, 5, 1),
+          total("notime", 3, 5, 3), total("ontime", 5, 5, 0)]
 
 
 def cells(path: Path) -> list[list[str]]:
@@ -49,8 +51,8 @@ def test_canvas_changes_only_the_assignment_column(tmp_path):
 
 
 def test_moodle_golden_by_email_and_by_mapping(tmp_path):
-    by_email = [StudentTotal("jane.doe@uni.example", 5, 5, 0, 5), StudentTotal("zoe@uni.example", 1, 1, 0, 5),
-                StudentTotal("ghost@uni.example", 2, 2, 0, 5)]
+    by_email = [total("jane.doe@uni.example", 5, 5, 0), total("zoe@uni.example", 1, 5, 0),
+                total("ghost@uni.example", 2, 5, 0)]
     report = fill("moodle", "moodle_roster.csv", tmp_path, by_email)  # email matched whatever its case
     assert (tmp_path / "out.csv").read_bytes() == (GOLDEN / "moodle_expected_email.csv").read_bytes()
     assert report.column == "Assignment: Loop Lab (Real)"
@@ -111,8 +113,8 @@ def test_submissions_one_key_apart_fill_no_row_until_a_mapping_says_which(tmp_pa
     """Issue 42: folders `Vic.Tim@x` and `vic.tim@x` are two submissions (an old gradebook can hold both) and one
     student to Moodle's email match; the later one silently took both rows. Now neither row is filled and both are
     named, until a mapping file pairs each submission with its row."""
-    totals = [StudentTotal("Vic.Tim@x.example", 5, 5, 0, 5), StudentTotal("vic.tim@x.example", 1, 1, 0, 5),
-              StudentTotal("ann@x.example", 4, 4, 0, 5)]
+    totals = [total("Vic.Tim@x.example", 5, 5, 0), total("vic.tim@x.example", 1, 5, 0),
+              total("ann@x.example", 4, 5, 0)]
     rows = "V,T,0001,vic.tim@x.example,-\nW,T,0002,victor.tim@x.example,-\nA,N,0003,ann@x.example,-\n"
     report, grades = moodle(tmp_path, rows, totals)
     assert grades == {"0001": "-", "0002": "-", "0003": "4"}  # no grade on a wrong row
@@ -132,7 +134,7 @@ def test_a_roster_key_held_by_two_rows_fills_neither(tmp_path, twin):
     """Two roster rows whose keys Moodle takes for one (the same, by case, by a trailing space, a full-width letter):
     both got the grade; now neither, and the report names the rows."""
     report, grades = moodle(tmp_path, f"A,N,0003,ann@x.example,-\nA,N,0004,{twin},-\n",
-                            [StudentTotal("ann@x.example", 4, 4, 0, 5)])
+                            [total("ann@x.example", 4, 5, 0)])
     assert grades == {"0003": "-", "0004": "-"}
     assert report.ambiguous == ["roster rows 2 and 3 hold one Email address 'ann@x.example' (as moodle matches it): "
                                 "neither is filled; remove the stale row from the LMS's export, or match on another "
@@ -143,7 +145,7 @@ def test_a_roster_key_held_by_two_rows_fills_neither(tmp_path, twin):
 def test_the_export_never_changes_a_cell_it_matches_on(tmp_path):
     """The CSV-injection guard rewrote `-minus@x` in the identity column to `'-minus@x`, which Moodle no longer
     matches: the roster's own cells come back as they were, the guard applies to the cells written."""
-    report, grades = moodle(tmp_path, "M,=1+1,0005,-minus@x.example,-\n", [StudentTotal("-minus@x.example", 3, 3, 0, 5)])
+    report, grades = moodle(tmp_path, "M,=1+1,0005,-minus@x.example,-\n", [total("-minus@x.example", 3, 5, 0)])
     assert cells(tmp_path / "out.csv")[1] == ["M", "=1+1", "0005", "-minus@x.example", "3"]
     assert report.written == {"-minus@x.example": 3}
 

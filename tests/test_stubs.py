@@ -113,13 +113,14 @@ def test_an_odd_return_value_gets_a_verdict_naming_it(exercise, functions, shown
 def test_the_class_summary_counts_not_judged_under_its_root_cause():
     """A student whose steps are wrong also loses gradient and mean_loss as "not judged": the summary's concept
     row is the steps' (the mistake to teach again), not three concepts."""
-    from autograder.results import summary
-    from autograder.results.record import NotebookRecord, StudentRecord, TestRecord
+    from autograder.results.record import NotebookRecord, StudentRecord, TestFacts, TestRecord
+    from autograder.results.writers import summary
 
     variant = next(v for v in mutants.BUGGY if v.name == "forward_under_no_grad")
     exercise = exercises.get(variant.exercise)
     verdicts = properties.verdicts(variant.exercise, mutants.run_check(variant))
-    tests = [TestRecord.of(exercise.notebook, v, "auto", v.passed) for v in verdicts.values()]
-    record = StudentRecord(student="ann", notebooks={exercise.notebook: NotebookRecord("graded")}, tests=tests)
+    tests = [TestRecord(TestFacts(exercise.notebook, v.grade_id, v.max_points, False, False, v.concept), v)
+             for v in verdicts.values()]
+    record = StudentRecord("ann", [NotebookRecord(exercise.notebook, "graded", tests)])
     missed = summary._missed_by_root_cause([record])
     assert missed == {(exercise.notebook, exercise.grade_id("steps")): {"ann"}}

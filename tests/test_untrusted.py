@@ -112,16 +112,13 @@ def test_summary_md_shows_names_notes_and_messages_as_code(tmp_path):
     """A refused folder, a note with a student's file name and a failing test's message, all attacker-chosen."""
     import mistune
 
-    from autograder.results.record import NotebookRecord, StudentRecord, TestRecord
-    from autograder.results.summary import write_summary
+    from autograder.results.writers import summary
+    from autograder_cases import records
 
-    test = TestRecord(notebook="00_a", name="test_x", kind="auto", points=0, max_points=1, passed=False,
-                      message=f"raised `{HOSTILE}`")
-    records = [StudentRecord(student="eve", notes=[f"{HOSTILE}.csv not copied"], tests=[test],
-                             notebooks={"00_a": NotebookRecord("graded", notes=[HOSTILE])})]
-    result = SimpleNamespace(seconds=1.0, complete=False, problems=[f"{HOSTILE}: not graded: a link"])
-    write_summary(tmp_path, records, {("00_a", "test_x"): (1, False)}, result)
-    text = (tmp_path / "summary.md").read_text()
+    test = records.test("00_a", "test_x", 0, 1, message=f"raised `{HOSTILE}`")
+    eve = records.student("eve", {"00_a": [test]}, notes=[f"{HOSTILE}.csv not copied"], notebook_notes=[HOSTILE])
+    record = records.class_record([eve], problems=[f"{HOSTILE}: not graded: a link"])
+    text = dict(summary.files(record))[summary.SUMMARY_MD].decode()
     assert all(harmless(line) for line in text.splitlines())
     html = mistune.create_markdown(plugins=["table"])(text)
     assert "<img" not in html and "<a " not in html and "javascript:alert" in html  # shown as text, not a link

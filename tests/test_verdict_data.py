@@ -146,43 +146,38 @@ def test_rewording_every_message_changes_no_grade_count_or_root_cause(graded):
 
 def _record():
     """A student whose values no message states: the gradient test is blocked by the steps (its message says
-    otherwise), the steps cost 0.25 of 1 point."""
-    from autograder.results.record import NotebookRecord, StudentRecord, TestRecord
+    otherwise), the steps cost 0.25 of 1 point; the gradient test holds hidden tests."""
+    from autograder_cases import records
 
-    tests = [TestRecord(notebook=NOTEBOOK, name="test_train_one_epoch_steps", kind="auto", points=0.75,
-                        max_points=1, passed=False, message="blorp", causes=["zero_grad"]),
-             TestRecord(notebook=NOTEBOOK, name="test_train_one_epoch_gradient", kind="auto", points=0, max_points=1,
-                        passed=False, judged=False, message="Fix test_train_one_epoch_mean_loss first",
-                        blocked_by=["test_train_one_epoch_steps"], causes=["gradient"]),
-             TestRecord(notebook=NOTEBOOK, name="answer_zero_grad_order", kind="manual", points=0, max_points=2,
-                        passed=None, judged=False, message="", by="hand")]
-    return StudentRecord(student="quinn", assignment="loop_lab", score=0.75, raw_score=0.75, max_score=4,
-                         notes=["a note"], notebooks={NOTEBOOK: NotebookRecord("graded", score=0.75, raw_score=0.75,
-                                                                               max_score=4)}, tests=tests)
+    tests = [records.test(NOTEBOOK, "test_train_one_epoch_steps", 0.75, 1, message="blorp", causes=["zero_grad"]),
+             records.test(NOTEBOOK, "test_train_one_epoch_gradient", 0, 1, hidden=True, judged=False,
+                          message="Fix test_train_one_epoch_mean_loss first",
+                          blocked_by=["test_train_one_epoch_steps"], causes=["gradient"]),
+             records.test(NOTEBOOK, "answer_zero_grad_order", 0, 2, written=True, to_grade=True, judged=False,
+                          message="", by="hand")]
+    return records.class_record([records.student("quinn", {NOTEBOOK: tests}, notes=["a note"])])
 
 
-def test_every_writer_reads_the_typed_student_record(tmp_path):
-    """The student JSON, the class summary and Gradescope's results.json take a StudentRecord (not a dict read
-    back by key), and what they show comes from its fields: a root cause no message names, points no message says."""
+def test_every_writer_reads_the_typed_class_record(tmp_path):
+    """The student JSON, the class summary and Gradescope's results.json are functions of the ClassRecord (not of a
+    dict read back by key, nor of another writer's file), and what they show comes from its fields: a root cause no
+    message names, points no message says, a hidden test no source notebook was read for."""
     import typing
-    from types import SimpleNamespace
 
-    from autograder.results import gradescope_results, report, summary
-    from autograder.results.record import StudentRecord
+    from autograder.results.record import ClassRecord
+    from autograder.results.writers import gradescope, student_json, summary
 
-    assert typing.get_type_hints(summary.write_summary)["records"] == list[StudentRecord]
-    assert typing.get_type_hints(gradescope_results.to_results)["record"] is StudentRecord
-    assert typing.get_type_hints(report.student_record)["return"] is StudentRecord
+    for writer in (summary.files, student_json.files, gradescope.to_results):
+        assert typing.get_type_hints(writer)["record"] is ClassRecord
     record = _record()
-    assert StudentRecord.from_json(record.to_json()) == record  # JSON only at the file, and back
-    on_disk = json.loads(record.to_json())
+    on_disk = json.loads(dict(student_json.files(record))["quinn.json"])
     assert list(on_disk)[:8] == ["student", "assignment", "score", "raw_score", "late_penalty", "max_score",
                                  "graded", "notes"]  # the student JSON's format, fields added at the end only
+    assert (on_disk["score"], on_disk["raw_score"], on_disk["max_score"]) == (0.75, 0.75, 4)
     assert on_disk["tests"][1]["blocked_by"] == ["test_train_one_epoch_steps"]
+    assert on_disk["tests"][2]["passed"] is None  # a written answer waiting for a person
 
-    test_max = {(NOTEBOOK, t.name): (t.max_points, t.kind == "manual") for t in record.tests}
-    summary.write_summary(tmp_path, [record], test_max, SimpleNamespace(seconds=1.0, complete=True, problems=[]))
-    text = (tmp_path / "summary.md").read_text()
+    text = dict(summary.files(record))[summary.SUMMARY_MD].decode()
     from labutils import exercises
 
     steps = exercises.concept(NOTEBOOK, "test_train_one_epoch_steps")
@@ -191,7 +186,7 @@ def test_every_writer_reads_the_typed_student_record(tmp_path):
     assert exercises.concept(NOTEBOOK, "test_train_one_epoch_mean_loss") not in text  # its message names it: unread
     assert "1 answer(s) to grade by hand, 0 graded" in text
 
-    results = gradescope_results.to_results(record, {(NOTEBOOK, "test_train_one_epoch_gradient")}, 2.0)
+    results = gradescope.to_results(record, "quinn", 2.0)
     assert [(t.score, t.max_score, t.status, t.visibility) for t in results.tests] == [
         (0.75, 1, "failed", "visible"), (0, 1, "failed", "after_published")]
     assert "Graded by hand on Gradescope: 01_baseline: answer_zero_grad_order (2 points)" in results.output

@@ -15,12 +15,13 @@ for its type and the text made safe with :mod:`.sanitize`:
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import nbformat
 from nbformat import v4
+
+from labutils.atomic import write_atomically
 
 from . import sanitize
 
@@ -49,9 +50,8 @@ def write_display_copy(source: Path, dest: Path, *, render: bool, note: str = ""
     """:func:`display_copy` of the notebook at ``source`` written to ``dest`` atomically (a run killed meanwhile
     leaves the previous copy, never half of one)."""
     nb = nbformat.read(source, as_version=4)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    nbformat.write(display_copy(nb, render=render, note=note), tmp)
-    os.replace(tmp, dest)
+    text = nbformat.writes(display_copy(nb, render=render, note=note))
+    write_atomically(dest, (text if text.endswith("\n") else text + "\n").encode("utf-8"))  # as nbformat.write
 
 
 def _shown_markdown(source: str, render: bool, note: str) -> str:

@@ -10,9 +10,9 @@ After ``python -m autograder grade SUBMISSIONS --out OUT``, OUT is an nbgrader c
 
 so ``jupyter lab --config=jupyter_server_config.json`` (:data:`SERVER_ARGS`) started in OUT opens it in formgrader
 (Nbgrader > Formgrader) with every submission and its autograded scores, written answers are scored by hand there, and
-:func:`autograder.results.export.export_grades` (``python -m autograder export --out OUT``) writes every student's
+:func:`autograder.results.writers.nbgrader_csv.export_grades` (``python -m autograder export --out OUT``) writes every student's
 total, manual points included. Grading again keeps the manual scores
-(:func:`autograder.results.gradebook.store_in_gradebook`).
+(:func:`autograder.results.gradebook.store_scores`).
 
 What a student wrote is shown there only as a display copy (:mod:`.display`), and ``jupyter_server_config.json``
 (:func:`server_config`) makes that server read-only for the course, kernel- and terminal-free, with a

@@ -1,17 +1,27 @@
-"""The instructor's gradebook (nbgrader's, SQLite or any SQLAlchemy URL): this run's scores go in, and what is read back
-(with every score given by hand in formgrader) is what grades.csv and the students' JSON say."""
+"""The instructor's gradebook (nbgrader's, SQLite or any SQLAlchemy URL): this run's scores and late penalties go in,
+and what is read back (with every score given by hand in formgrader) is the points of the class record
+(:mod:`.record`): the gradebook is the source of truth for points."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from autograder.course.cells import in_cell_order
 from autograder.layout import ASSIGNMENT
 
 from .journal import kill_point
-from .late import Lateness, penalty_points, read_saved
-from .record import NotebookGrade
+from .late import Lateness, penalty_points
 
 
-def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
+def store(db_url: str, students: list[str], notebooks: list[str], outcomes: dict,
+          lateness: dict[tuple[str, str], Lateness] | None) -> ClassBook:
+    """A run's grades into the gradebook: every task's scores, then every notebook's late penalty from its lateness
+    and the score stored; what the gradebook then holds, read back."""
+    store_scores(db_url, students, notebooks, outcomes)
+    return store_penalties(db_url, students, notebooks, lateness)
+
+
+def store_scores(db_url: str, students: list[str], notebooks: list[str], outcomes: dict) -> None:
     """Write every student's autograded scores into the gradebook; missing or ungradable notebooks score 0.
 
     A score given by hand (formgrader's manual_score, on a written answer or overriding a test) stands when the
@@ -39,11 +49,12 @@ def store_in_gradebook(db_url: str, students: list[str], notebooks: list[str], o
 
 
 def store_penalties(db_url: str, students: list[str], notebooks: list[str],
-                    lateness: dict[tuple[str, str], Lateness] | None) -> None:
+                    lateness: dict[tuple[str, str], Lateness] | None) -> ClassBook:
     """Set every submitted notebook's late penalty (nbgrader's ``late_submission_penalty``, in points) from its
     lateness and the raw score the gradebook holds now (hand-graded points included), and each submission's
-    timestamp. Set, never added: a regrade, a re-run or an export after grading by hand recomputes the same value;
-    without deadlines every penalty is 0. nbgrader's own export and formgrader then show it too."""
+    timestamp; what the gradebook then holds, read back. Set, never added: a regrade, a re-run or an export after
+    grading by hand recomputes the same value; without deadlines every penalty is 0. nbgrader's own export and
+    formgrader then show it too."""
     from datetime import datetime
 
     from nbgrader.api import Gradebook
@@ -59,52 +70,84 @@ def store_penalties(db_url: str, students: list[str], notebooks: list[str],
                 sub.late_submission_penalty = penalty_points(lateness.get((student, nb)), float(sub.score or 0.0),
                                                              float(sub.max_score or 0.0))
         gb.db.commit()
+    return read_class(db_url, students)
 
 
-def read_rows(db_url: str, students: list[str], notebooks: list[str]) -> tuple[list[NotebookGrade], dict, dict]:
-    """(a :class:`NotebookGrade` per student and notebook, {(notebook, test): (max points, graded by hand?)} in cell
-    order, {(student, notebook, test): the score given by hand in formgrader}) read back from the gradebook."""
+@dataclass(frozen=True)
+class TestFacts:
+    """One graded test of the assignment, the same for every student: what the gradebook and the registry say."""
+
+    notebook: str
+    name: str  # grade_id
+    max_points: float
+    written: bool  # a written answer, graded by hand
+    hidden: bool  # its cell holds hidden tests: what they decide is shown after the grades are published
+    concept: str = ""  # the registry's, "" for a test it does not define
+
+
+@dataclass
+class Entry:
+    """One (student, notebook) as the gradebook holds it: each test's autograded points, the scores given by hand
+    in formgrader, and the late penalty stored."""
+
+    auto: dict[str, float] = field(default_factory=dict)  # test -> points
+    by_hand: dict[str, float] = field(default_factory=dict)  # test -> the score a person gave
+    penalty: float = 0.0
+
+
+@dataclass
+class ClassBook:
+    """What :meth:`autograder.results.record.ClassRecord.build` reads of the gradebook, in one pass."""
+
+    tests: list[TestFacts]
+    duedate: str | None
+    people: dict[str, tuple[str, str, str]]  # student -> (first name, last name, email)
+    entries: dict[str, dict[str, Entry]]  # student -> notebook -> its entry
+
+    @property
+    def notebooks(self) -> list[str]:
+        return list(dict.fromkeys(t.notebook for t in self.tests))
+
+    def entry(self, student: str, notebook: str) -> Entry:
+        return self.entries.get(student, {}).get(notebook, Entry())
+
+
+def read_class(db_url: str, students: list[str]) -> ClassBook:
+    """The assignment's graded tests (in cell order, hidden tests found in the instructor's source the gradebook
+    keeps) and ``students``' points, as the gradebook holds them now."""
     from nbgrader.api import Gradebook
 
-    rows, test_max, by_hand = [], {}, {}
+    from autograder.course.cells import HIDDEN_REGION
+    from labutils import exercises
+
+    tests, entries, people = [], {}, {}
     with Gradebook(db_url) as gb:
-        for nb in notebooks:
-            notebook = gb.find_notebook(nb, ASSIGNMENT)
+        assignment = gb.find_assignment(ASSIGNMENT)
+        for notebook in assignment.notebooks:
             written = {c.name for c in notebook.solution_cells}
-            for cell in in_cell_order(notebook.grade_cells, notebook):
-                test_max[(nb, cell.name)] = (float(cell.max_score), cell.name in written)
+            sources = {c.name: c.source or "" for c in notebook.source_cells}
+            tests += [TestFacts(notebook.name, cell.name, float(cell.max_score), cell.name in written,
+                                bool(HIDDEN_REGION.search(sources.get(cell.name, ""))),
+                                exercises.concept(notebook.name, cell.name) or "")
+                      for cell in in_cell_order(notebook.grade_cells, notebook)]
         for student in students:
-            for nb in notebooks:
-                sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
-                by_hand.update({(student, nb, g.name): float(g.manual_score) for g in sub.grades
-                                if g.manual_score is not None})
-                raw, penalty = float(sub.score or 0.0), float(sub.late_submission_penalty or 0.0)
-                rows.append(NotebookGrade(student=student, notebook=nb, score=max(0.0, raw - penalty),
-                                          max_score=float(sub.max_score or 0.0), raw_score=raw, late_penalty=penalty))
-    return rows, test_max, by_hand
+            person = gb.find_student(student)
+            people[student] = (person.first_name or "", person.last_name or "", person.email or "")
+            entries[student] = {}
+            for notebook in assignment.notebooks:
+                sub = gb.find_submission_notebook(notebook.name, ASSIGNMENT, student)
+                entries[student][notebook.name] = Entry(
+                    auto={g.name: float(g.auto_score or 0.0) for g in sub.grades},
+                    by_hand={g.name: float(g.manual_score) for g in sub.grades if g.manual_score is not None},
+                    penalty=float(sub.late_submission_penalty or 0.0))
+        duedate = assignment.duedate
+    return ClassBook(tests, None if duedate is None else str(duedate), people, entries)
 
 
-
-def class_rows(db_url: str) -> tuple[list[str], list[str], list[NotebookGrade]]:
-    """(the students, the notebooks, :func:`read_rows`'s rows) of every student the gradebook holds: what an
-    export reads after grading, hand-graded points included."""
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url) as gb:
-        students = sorted(s.id for s in gb.students)
-        notebooks = [n.name for n in gb.find_assignment(ASSIGNMENT).notebooks]
-    return students, notebooks, read_rows(db_url, students, notebooks)[0]
-
-
-def refresh_penalties(out) -> str:
-    """Recompute the late penalties of the course ``grade`` left in ``out`` from its lateness (``.lateness.json``)
-    and the gradebook's current scores (a hand grade given since counts); its gradebook URL. What every export does
-    first."""
+def course_url(out) -> str:
+    """The gradebook URL of the course ``grade`` left in ``out`` (its ``nbgrader_config.py``)."""
     from autograder.course.formgrader import load_config
     from autograder.course.nbgrader_setup import database_url, prepare_tools
 
     prepare_tools()
-    db_url = database_url(load_config(out).CourseDirectory.db_url)
-    students, notebooks, _ = class_rows(db_url)
-    store_penalties(db_url, students, notebooks, read_saved(out))
-    return db_url
+    return database_url(load_config(out).CourseDirectory.db_url)

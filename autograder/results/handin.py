@@ -40,7 +40,7 @@ from autograder.course import identity
 from autograder.course.submissions import TIMESTAMP_FILE, TIMESTAMP_HEAD, HandedInFile
 from autograder.untrusted import shown
 
-from .late import Deadlines, Extension, LateConfigError, instructor_time, load
+from .late import Deadlines, Extension, LateConfigError, Lateness, assess, instructor_time, load, unknown_names
 
 if TYPE_CHECKING:
     from autograder.course.submissions import Submission
@@ -269,3 +269,18 @@ def handed_in(course: Deadlines, sub: Submission, now: datetime) -> dict[str, Ha
         [f"no {kind} was handed in" for kind in course.student_times]
     return dict.fromkeys(notebooks, HandIn(None, "none", PLATFORM, f"no hand-in time for {sub.student!r}: "
                                            f"{', '.join(looked) or 'no source of times'}; {UNKNOWN_FIX}"))
+
+
+def assess_class(course: Deadlines | None, submissions: list[Submission], notebooks: list[str], now: datetime,
+                 say) -> dict[tuple[str, str], Lateness] | None:
+    """Each handed-in notebook's lateness, by (student, notebook), each student's time read once (None: the course
+    has no deadline); a name in the instructor's files that matches nothing graded is said. ``now``: the run's
+    start, standing for the collection."""
+    if course is None:
+        return None
+    for note in unknown_names(course, [s.student for s in submissions], notebooks):
+        say(f"WARNING: {note}")
+    found = {}
+    for sub in submissions:
+        found.update({(x.student, x.notebook): x for x in assess(course, sub.student, handed_in(course, sub, now))})
+    return found

@@ -19,8 +19,8 @@ The instructor writes small files (``docs/instructor.md``):
   (:func:`autograder.results.handin.read_times`). When each student handed in is :mod:`.handin`'s to say.
 
 ``grade --deadlines FILE [--extensions FILE] [--times FILE]`` copies them into OUT (:data:`DEADLINES_NAME`,
-:data:`EXTENSIONS_NAME`, :data:`TIMES_NAME`) so that a re-run and every export use the same ones, and writes each
-task's :class:`Lateness` to :data:`LATE_NAME`.
+:data:`EXTENSIONS_NAME`, :data:`TIMES_NAME`) so that a re-run and every export use the same ones; each task's
+:class:`Lateness` is kept in the class record (:mod:`.record`), from which every export recomputes the penalty.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 DEADLINES_NAME = "deadlines.toml"
 EXTENSIONS_NAME = "extensions.csv"
 TIMES_NAME = "times.csv"  # OUT's copy of --times
-LATE_NAME = ".lateness.json"  # a dot: no student id starts with one, and OUT/<student>.json are the students'
 PER = {"none": None, "hour": 3600.0, "day": 86400.0}  # a started hour/day counts whole, as Canvas counts days
 
 
@@ -297,23 +295,6 @@ def unknown_names(course: Deadlines, students: list[str], notebooks: list[str]) 
               "whether their folder is missing" for s in sorted(s for s, hand in course.times.items()
                                                                  if hand.when is not None and s not in students)]
     return lines
-
-
-def save(out: Path, lateness: list[Lateness] | None) -> None:
-    """OUT/.lateness.json: every task's lateness, for the exports (removed when the course has no deadline)."""
-    path = Path(out) / LATE_NAME
-    if lateness is None:
-        path.unlink(missing_ok=True)
-        return
-    write_atomically(path, (json.dumps([dataclasses.asdict(x) for x in lateness], indent=1) + "\n").encode())
-
-
-def read_saved(out: Path) -> dict[tuple[str, str], Lateness] | None:
-    """What :func:`save` wrote, by (student, notebook); None when the course has no deadline."""
-    path = Path(out) / LATE_NAME
-    if not path.exists():
-        return None
-    return {(x["student"], x["notebook"]): Lateness(**x) for x in json.loads(path.read_text())}
 
 
 def for_run(out: Path, deadlines: Path | None, extensions: Path | None, times: Path | None = None) -> Deadlines | None:

@@ -1,12 +1,11 @@
-"""Run a notebook in a sandboxed, pre-warmed kernel and re-run its hidden tests outside it.
+"""Run a notebook in a sandboxed, pre-warmed kernel (its hidden tests are re-run outside it next:
+:mod:`autograder.run.recheck`).
 
 - :class:`SandboxedExecute` replaces nbgrader's ``Execute``: a per-cell and a per-notebook time limit, and a kernel
   that dies (``os._exit``, ``exit()``, the memory limit, a segfault) or will not stop fails the cell it was running
   and every later cell with a clear message instead of aborting the student's whole submission. Unexecuted test
-  cells never count as passed. Then the hidden tests are re-run in a fresh sandboxed process on pristine imports
-  (:mod:`autograder.hidden.recheck`); a failure there of a test that passed inside the kernel is appended to the test
-  cell as an error, and every test's verdict (the judge's, as data) is kept in the task's context for its score.
-  Its kernels are forks of the zygote (:mod:`autograder.sandbox.kernels`).
+  cells never count as passed. Which cells timed out and where the run stopped is kept in the task's context for
+  the recheck. Its kernels are forks of the zygote (:mod:`autograder.sandbox.kernels`).
 - The preprocessors that clean a submission before it runs are in :mod:`autograder.course.cells`.
 
 :func:`autograder.run.task.grade_task` sets the task's context (:mod:`autograder.sandbox.context`: where its files go, the
@@ -15,7 +14,6 @@ zygote, the limits) around each notebook.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 import time
@@ -26,11 +24,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from autograder import channel
-from autograder.hidden import plan as recheck_plan
 from autograder.hidden.plan import has_error
-from autograder.course.cells import gradebook_notebook
-from autograder.channel import RecheckReply, RecheckRequest, RecheckSpec
 from autograder.sandbox.context import current as _context
 from autograder.sandbox.kernels import KERNEL_START_TRIES, ZygoteKernelManager
 from autograder.untrusted import shown
@@ -97,7 +91,7 @@ class SandboxedExecute(Execute):
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
-        cell_limit = self._cell_limit = self.timeout
+        cell_limit = self.timeout
         started = time.monotonic()
         deadline = started + self.notebook_timeout
         stop_reason, stopped_at, timed_out, started_cells = None, None, set(), 0
@@ -167,7 +161,7 @@ class SandboxedExecute(Execute):
             for cell in self.nb.cells[stopped_at:last_test + 1]:  # those after it say why they were skipped
                 if cell.cell_type == "code" and cell.source.strip() and not has_error(cell):
                     cell.outputs = [*cell.get("outputs", []), _error("NotRun", stop_reason)]
-        self._recheck(resources, timed_out, stopped_at)
+        ctx.timed_out, ctx.stopped_at = timed_out, stopped_at  # what the recheck leaves out (autograder.run.recheck)
         return self.nb, self.resources
 
     def process_message(self, msg, cell, cell_index):
@@ -213,39 +207,6 @@ class SandboxedExecute(Execute):
         """1-based position of cell ``index`` among the notebook's code cells, as a student would count them."""
         return sum(1 for c in self.nb.cells[: index + 1] if c.cell_type == "code")
 
-    # --- hidden tests outside the kernel -------------------------------------------------------------------------------
-
-    def _recheck(self, resources, timed_out: set[int], stopped_at: int | None) -> None:
-        ctx = _context()
-        the_plan = recheck_plan.plan(self.nb.cells, _gradebook_sources(resources), timed_out, stopped_at)
-        if the_plan is None:
-            return
-        work = ctx.task_dir / "recheck"
-        for sub in ("cwd", "home", "tmp"):
-            (work / sub).mkdir(parents=True, exist_ok=True)
-        spec_path = work / "spec.json"
-        spec_path.write_bytes(channel.encode(RecheckSpec(cells=the_plan.cells, cell_timeout=self.timeout_cell_limit())))
-        env = dict(ctx.kernel_env, HOME=str(work / "home"), TMPDIR=str(work / "tmp"), MPLBACKEND="Agg")
-        own = [str(work / "cwd"), str(work / "home"), str(work / "tmp")]
-        policy = dataclasses.replace(ctx.policy, write_dirs=own, own_paths=[*own, str(spec_path)],
-                                     read_files=[*ctx.policy.read_files, str(spec_path)])
-        started = time.monotonic()
-        reply = ctx.zygote.request(RecheckRequest(
-            spec=str(spec_path), cwd=str(work / "cwd"), env=env, policy=policy, log=str(work / "recheck.log"),
-            timeout=self.notebook_timeout, threads=ctx.threads,
-        ), RecheckReply, timeout=self.notebook_timeout + 30)
-        ctx.timings["recheck_s"] = round(time.monotonic() - started, 2)
-        why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout"
-               else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
-        for index, outcome in the_plan.outcomes(reply.lines, why):
-            kept = ctx.verdicts.get(outcome.grade_id)
-            if kept is None or kept.passed:  # a cell's verdict: its first failing check's, else its last one's
-                ctx.verdicts[outcome.grade_id] = outcome.verdict
-            if not outcome.verdict.passed and index not in the_plan.failed_in_kernel:
-                self.nb.cells[index].outputs.append(_error("AssertionError", outcome.verdict.message))
-
-    def timeout_cell_limit(self) -> int:
-        return int(getattr(self, "_cell_limit", None) or self.timeout or 60)
 
 
 SKIPPED = "[grader] not run while grading: no grade depends on a cell after the last test\n"  # short: formgrader cuts
@@ -277,9 +238,3 @@ def _stderr_is_not_failure(cell: NotebookNode) -> None:
         if output.get("output_type") == "stream" and output.get("name") == "stderr":
             output["name"] = "stdout"
             output["text"] = "".join("[stderr] " + line for line in output["text"].splitlines(True))
-
-
-def _gradebook_sources(resources) -> dict[str, str]:
-    """grade_id -> source of every source cell of this notebook, from the gradebook (never from the submission)."""
-    with gradebook_notebook(resources) as notebook:
-        return {} if notebook is None else {cell.name: cell.source for cell in notebook.source_cells}

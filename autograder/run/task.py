@@ -25,7 +25,7 @@ from autograder import layout, process
 from autograder.course import display
 from autograder.sandbox import context
 
-from . import execute
+from . import execute, recheck
 from .feedback import generate_feedback
 from autograder.channel import CellScore, Result, RunConfig, Task
 from autograder.layout import ASSIGNMENT
@@ -144,11 +144,11 @@ def _autograde(course: Path, student: str, run: RunConfig) -> None:
         CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
-        execute.SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-        AssignLatePenalties, CheckCellMetadata,
+        execute.SandboxedExecute, recheck.HiddenRecheck, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
-    c.SandboxedExecute.timeout = run.cell_timeout
-    c.SandboxedExecute.notebook_timeout = run.notebook_timeout
+    c.SandboxedExecute.timeout = c.HiddenRecheck.cell_timeout = run.cell_timeout
+    c.SandboxedExecute.notebook_timeout = c.HiddenRecheck.notebook_timeout = run.notebook_timeout
     c.SandboxedExecute.startup_timeout = 120
     run_converter(Autograde, c)
 

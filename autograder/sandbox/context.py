@@ -29,6 +29,8 @@ class TaskContext:
     timings: dict[str, float] = field(default_factory=dict)
     fatal: str | None = None  # why the grader itself could not grade this notebook
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # grade_id -> the recheck's verdict on that test cell
+    timed_out: set[int] = field(default_factory=set)  # the cells that ran out of time in the kernel
+    stopped_at: int | None = None  # the cell where the kernel's run stopped (it died, or the notebook's time ran out)
 
 
 _CURRENT: TaskContext | None = None

@@ -6,11 +6,8 @@ from __future__ import annotations
 import io
 import statistics
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
-
-from labutils import exercises
-from labutils.atomic import write_atomically
 
 from autograder.course import sanitize
 from autograder.layout import ASSIGNMENT
@@ -18,27 +15,37 @@ from autograder.untrusted import md_code
 
 from labutils.verdict import BY_HAND
 
-from .journal import kill_point
-from .record import StudentRecord, TestRecord
+from ..record import ClassRecord, StudentRecord, TestRecord
 
-
+SUMMARY_MD = "summary.md"
 SUMMARY_HTML = "summary.html"  # summary.md rendered safely: students' text in it is shown, never run
+SUMMARY_PNG = "summary.png"
 
 
-def write_summary(out: Path, records: list[StudentRecord], test_max: dict, result) -> None:
+def files(record: ClassRecord) -> Iterator[tuple[str, bytes]]:
+    """summary.md, summary.html, then summary.png (its figure drawn only when it is its turn)."""
+    markdown, failures = _markdown(record)
+    yield SUMMARY_MD, markdown.encode()
+    yield SUMMARY_HTML, sanitize.markdown_page(f"Loop Lab grades: {ASSIGNMENT}", markdown).encode()
+    yield SUMMARY_PNG, _plot([r.score for r in record.students], record.max_score, failures, len(record.students))
+
+
+def _markdown(record: ClassRecord) -> tuple[str, dict]:
+    """The summary's text, and each autograded test's count of students failing it or not handing it in."""
+    records = record.students
     totals = [r.score for r in records]
-    max_total = sum(m for m, _ in test_max.values())
-    auto_total = sum(m for m, manual in test_max.values() if not manual)
+    max_total = record.max_score
+    auto_total = sum(t.max_points for t in record.tests if not t.written)
     n = len(records)
     lines = [
         f"# Loop Lab grades: {ASSIGNMENT}",
         "",
-        f"{n} student(s), graded {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {result.seconds:.0f} s; "
+        f"{n} student(s), graded {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {record.run.seconds:.0f} s; "
         f"maximum {max_total:g} points, of which {auto_total:g} autograded.",
         "",
     ]
-    if not result.complete:
-        lines += ["**Incomplete run:**", *[f"- {md_code(p)}" for p in result.problems], ""]
+    if not record.complete:
+        lines += ["**Incomplete run:**", *[f"- {md_code(p)}" for p in record.problems], ""]
     if totals:
         lines += [
             "## Score distribution",
@@ -58,13 +65,14 @@ def write_summary(out: Path, records: list[StudentRecord], test_max: dict, resul
               "| notebook | test | points | failed | not handed in | most common message |",
               "|---|---|---:|---:|---:|---|"]
     failures, failed_by_test, concepts = {}, {}, []
-    for (nb, name), (max_points, manual) in sorted(test_max.items(), key=lambda kv: kv[1][1]):
-        handed_in = [r for r in records if r.notebooks[nb].handed_in]
+    for facts in sorted(record.tests, key=lambda f: f.written):
+        nb, name, max_points = facts.notebook, facts.name, facts.max_points
+        handed_in = [r for r in records if r.notebook(nb).handed_in]
         absent = n - len(handed_in)
         tests = [t for r in handed_in for t in r.tests if t.notebook == nb and t.name == name]
-        if manual:
+        if facts.written:
             answered = sum(1 for t in tests if t.passed is None)
-            graded = sum(1 for t in tests if t.by == BY_HAND and t.judged)  # a person gave its score
+            graded = sum(1 for t in tests if t.verdict.by == BY_HAND and t.verdict.judged)  # a person gave its score
             lines.append(f"| {nb} | {name} (written) | {max_points:g} | | {absent} | "
                          f"{answered} answer(s) to grade by hand, {graded} graded, "
                          f"{len(tests) - answered - graded} left blank |")
@@ -74,12 +82,13 @@ def write_summary(out: Path, records: list[StudentRecord], test_max: dict, resul
         message = _most_common(failed)
         lines.append(f"| {nb} | {name} | {max_points:g} | {len(failed)}/{len(handed_in)} | {absent} | "
                      f"{message} |")
+    concept_of = {(f.notebook, f.name): f.concept for f in record.tests}
     for (nb, name), students in sorted(_missed_by_root_cause(records).items()):
-        title = exercises.concept(nb, name)
+        title = concept_of.get((nb, name))
         if title:
             concepts.append((nb, title, len(students), _most_common(failed_by_test.get((nb, name), []))))
     lines += _concepts_missed(concepts)
-    noted = [(r.student, r.notes + [f"{nb}: {x}" for nb, v in r.notebooks.items() for x in v.notes
+    noted = [(r.student, r.notes + [f"{v.notebook}: {x}" for v in r.notebooks for x in v.notes
                                     if v.status != "missing"]) for r in records]
     noted = [(s, notes) for s, notes in noted if notes]
     if noted:
@@ -87,11 +96,7 @@ def write_summary(out: Path, records: list[StudentRecord], test_max: dict, resul
         for student, notes in noted:
             lines += [f"- **{md_code(student)}**: " + "; ".join(md_code(first_line(x, 200)) for x in notes)]
     lines.append("")
-    markdown = "\n".join(lines)
-    write_atomically(out / "summary.md", markdown.encode())
-    write_atomically(out / SUMMARY_HTML, sanitize.markdown_page(f"Loop Lab grades: {ASSIGNMENT}", markdown).encode())
-    kill_point("summary")  # a test's: the summary written, its plot not yet
-    _plot(out / "summary.png", totals, max_total, failures, n)
+    return "\n".join(lines), failures
 
 
 def _missed_by_root_cause(records: list[StudentRecord]) -> dict[tuple[str, str], set[str]]:
@@ -100,7 +105,7 @@ def _missed_by_root_cause(records: list[StudentRecord]) -> dict[tuple[str, str],
     missed: dict[tuple[str, str], set[str]] = {}
     for r in records:
         for t in r.tests:
-            if r.notebooks[t.notebook].handed_in and t.passed is False and t.kind == "auto":
+            if r.notebook(t.notebook).handed_in and t.passed is False and t.kind == "auto":
                 missed.setdefault((t.notebook, t.root_cause), set()).add(r.student)
     return missed
 
@@ -111,11 +116,11 @@ def _most_common(failed: list[TestRecord]) -> str:
     (:func:`~autograder.untrusted.md_code`), never markdown."""
     by_cause: dict[tuple, list[TestRecord]] = {}
     for t in failed:
-        by_cause.setdefault((tuple(t.blocked_by), tuple(t.causes), t.judged), []).append(t)
+        by_cause.setdefault((tuple(t.verdict.blocked_by), tuple(t.verdict.causes), t.verdict.judged), []).append(t)
     if not by_cause:
         return ""
     common = max(by_cause.values(), key=len)  # the first of the most common: records come in student order
-    message = next((first_line(t.message) for t in common if t.message), "")
+    message = next((first_line(t.verdict.message) for t in common if t.verdict.message), "")
     return f"{md_code(message, table=True)} ({len(common)}x)" if message else f"({len(common)}x)"
 
 
@@ -132,7 +137,7 @@ def _concepts_missed(concepts: list[tuple[str, str, int, str]]) -> list[str]:
               for nb, title, n, message in sorted(concepts, key=lambda row: (-row[2], row[0], row[1]))]]
 
 
-def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: int) -> None:
+def _plot(totals: list[float], max_total: float, failures: dict, n: int) -> bytes:
     from matplotlib.figure import Figure  # no pyplot: nothing interactive here, and its import cost 0.3 s per run
 
     fig = Figure(figsize=(12, max(4, 0.3 * len(failures) + 1)))
@@ -151,7 +156,7 @@ def _plot(path: Path, totals: list[float], max_total: float, failures: dict, n: 
     fig.tight_layout()
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=100)
-    write_atomically(path, image.getvalue())
+    return image.getvalue()
 
 
 def first_line(message: str, width: int = 140) -> str:

@@ -3,7 +3,7 @@
 Why this shape: Canvas and Moodle each import the CSV they export, matched on their own student identifiers, and
 ignore or keep every other column. So the instructor downloads the roster from the LMS, and ``python -m autograder
 export --format canvas|moodle --roster ROSTER.csv --out OUT`` writes the same file back with one column changed: each
-student's total (autograded and hand-graded points, late penalty taken) from OUT's gradebook. Every other cell, row
+student's total (autograded and hand-graded points, late penalty taken) from OUT's class record. Every other cell, row
 and column stays as the LMS wrote it. The roster is matched to the submission folders by a key the instructor
 chooses (:data:`FORMATS`: a login, an email, an id number, or a mapping file); a roster student with no submission
 and a submission with no roster row are both listed (:class:`ExportReport`), never dropped silently.
@@ -35,7 +35,9 @@ from autograder.course import identity
 from autograder.layout import ASSIGNMENT
 
 from labutils.atomic import write_atomically
-from .csvcells import csv_lines, neutralise
+
+from ..csvcells import csv_lines, neutralise
+from ..record import ClassRecord, StudentRecord
 
 ASSIGNMENT_TITLE = "Loop Lab"  # the assignment's name in the LMS, as the column is found by default
 
@@ -59,17 +61,6 @@ FORMATS = {
                         points_row="Points Possible"),
     "moodle": LmsFormat("moodle", {"email": "Email address", "id-number": "ID number"}, "email"),
 }
-
-
-@dataclass(frozen=True)
-class StudentTotal:
-    """One student's total as every export writes it."""
-
-    student: str  # the submission folder's id
-    score: float  # after the late penalty
-    raw_score: float
-    late_penalty: float
-    max_score: float
 
 
 @dataclass
@@ -170,7 +161,7 @@ def _fmt(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
 
 
-def fill(roster: Roster, lms: LmsFormat, totals: list[StudentTotal], *, match: str | None = None,
+def fill(roster: Roster, lms: LmsFormat, totals: list[StudentRecord], *, match: str | None = None,
          mapping: Path | None = None, column: str | None = None, dest: Path) -> ExportReport:
     """The roster with ``column`` set to each matched student's score; the report of what matched."""
     target = find_column(roster, column)
@@ -222,7 +213,7 @@ def fill(roster: Roster, lms: LmsFormat, totals: list[StudentTotal], *, match: s
     return report
 
 
-def _check_points(roster: Roster, lms: LmsFormat, at: int, totals: list[StudentTotal], report: ExportReport) -> None:
+def _check_points(roster: Roster, lms: LmsFormat, at: int, totals: list[StudentRecord], report: ExportReport) -> None:
     """Say so when the LMS's points possible for the column differ from the assignment's maximum."""
     if not lms.points_row or not totals:
         return
@@ -238,20 +229,6 @@ def _check_points(roster: Roster, lms: LmsFormat, at: int, totals: list[StudentT
                                     f"set the LMS's points possible to {_fmt(totals[0].max_score)}")
 
 
-def course_totals(out: Path) -> list[StudentTotal]:
-    """Every graded student's total in the course ``grade`` left in ``out``: the late penalties recomputed first
-    from OUT's lateness and the gradebook's current scores (a hand grade given since counts), then read back."""
-    from .gradebook import class_rows, refresh_penalties
-
-    students, _, rows = class_rows(refresh_penalties(out))
-    totals = {}
-    for r in rows:
-        t = totals.get(r.student, StudentTotal(r.student, 0.0, 0.0, 0.0, 0.0))
-        totals[r.student] = StudentTotal(t.student, t.score + r.score, t.raw_score + r.raw_score,
-                                         t.late_penalty + r.late_penalty, t.max_score + r.max_score)
-    return [totals[s] for s in students]
-
-
 def export_lms(out: Path, fmt: str, roster: Path, dest: Path | None = None, *, match: str | None = None,
                mapping: Path | None = None, column: str | None = None) -> ExportReport:
     """``python -m autograder export --format canvas|moodle``: the roster filled from OUT (see the module)."""
@@ -259,4 +236,4 @@ def export_lms(out: Path, fmt: str, roster: Path, dest: Path | None = None, *, m
         raise ExportError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
     table = read_roster(roster)
     dest = Path(dest or Path(out) / f"{fmt}_import.csv")
-    return fill(table, FORMATS[fmt], course_totals(out), match=match, mapping=mapping, column=column, dest=dest)
+    return fill(table, FORMATS[fmt], ClassRecord.load(out).students, match=match, mapping=mapping, column=column, dest=dest)

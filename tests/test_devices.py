@@ -128,7 +128,8 @@ def test_the_checks_gpu_run_is_for_notebooks_never_for_grading(machine, monkeypa
     assert on_gpu.available()
     monkeypatch.setattr(evidence, "ROLE", object())
     assert not on_gpu.available()
-    assert on_gpu.train_failures(None, "baseline") == [] and on_gpu.evaluate_failures(None) == []
+    built = []
+    assert on_gpu.failures("evaluate", None, lambda folder: built.append(folder)) == [] and built == []
 
 
 def test_grading_trains_on_the_cpu_even_where_a_gpu_is(machine, monkeypatch, capsys):

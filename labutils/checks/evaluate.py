@@ -44,6 +44,13 @@ def _eval_case():
     return model, copy.deepcopy(model), loader
 
 
+
+def _gpu_case(folder):
+    """:func:`_eval_case` on the GPU, in train mode (evaluate must switch it)."""
+    model, _, loader = _eval_case()
+    model.to(on_gpu.GPU).train()
+    return (model, loader, on_gpu.GPU), on_gpu.tracer(model, exercise="evaluate")
+
 def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
     model, reference, loader = _eval_case()
     batches = list(loader)
@@ -280,5 +287,5 @@ def check_evaluate(fn) -> CheckReport:
         judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
         with isolated():
-            report.failures += on_gpu.evaluate_failures(fn)
+            report.failures += on_gpu.failures("evaluate", fn, _gpu_case)
     return report

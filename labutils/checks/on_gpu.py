@@ -51,44 +51,17 @@ def _failures(name: str, fn, run) -> list[Failure]:
     return []
 
 
-def train_failures(fn, exercise: str) -> list[Failure]:
-    """train_one_epoch of ``exercise`` once on the GPU: the check's tiny case, its model moved there."""
+def failures(name: str, fn, gpu_case) -> list[Failure]:
+    """``fn`` (the contract's ``name``) once on the GPU, in the case the exercise builds there:
+    ``gpu_case(folder)`` -> (the call's arguments, a :func:`tracer` of its objects), ``folder`` a scratch folder of
+    its own. No failures where there is no GPU to run on, or under the grader."""
     if not available():
         return []
-    from .train_run import _train_case  # the check's own case, so the GPU run sees the same loop
-
-    case = _train_case(exercise)
-    case.model.to(GPU)  # in place: the optimizer keeps the same parameters
-    case.device = GPU
-    if exercise == "amp":  # the GPU's recipe: fp16 with a real GradScaler
-        case.amp_dtype, case.scaler = torch.float16, torch.amp.GradScaler(GPU)
-    tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler,
-                    forbidden=exercises.FORBIDDEN[exercise], max_events=MAX_EVENTS, devices=True)
-    return _failures("train_one_epoch", fn, _run(fn, case.args, tracer))
+    with tempfile.TemporaryDirectory() as folder:
+        args, tracer_ = gpu_case(folder)
+        return _failures(name, fn, _run(fn, args, tracer_))
 
 
-def evaluate_failures(fn) -> list[Failure]:
-    """evaluate once on the GPU."""
-    if not available():
-        return []
-    from .evaluate import _eval_case
-
-    model, _, loader = _eval_case()
-    model.to(GPU).train()
-    tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True)
-    return _failures("evaluate", fn, _run(fn, (model, loader, GPU), tracer))
-
-
-def resume_failures(fn, images, labels) -> list[Failure]:
-    """train_resumable once on the GPU, uninterrupted, into a folder of its own."""
-    if not available():
-        return []
-    from .resumable import R_EPOCHS, R_SAVE_EVERY, _resume_objects
-
-    model, optimizer, scheduler, loader = _resume_objects(images, labels)
-    model.to(GPU)
-    tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
-                    devices=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        args = (model, optimizer, scheduler, loader, R_EPOCHS, tmp, R_SAVE_EVERY, GPU)
-        return _failures("train_resumable", fn, _run(fn, args, tracer))
+def tracer(*objects, exercise: str) -> Tracer:
+    """A tracer of the GPU case's objects that also records where tensors are moved."""
+    return Tracer(*objects, forbidden=exercises.FORBIDDEN[exercise], max_events=MAX_EVENTS, devices=True)

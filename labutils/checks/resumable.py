@@ -188,6 +188,16 @@ def _resume_objects(images, labels):
     return model, optimizer, scheduler, loader
 
 
+
+def _gpu_case(images, labels):
+    """The uninterrupted run on the GPU, into the folder it is given."""
+    def build(folder):
+        model, optimizer, scheduler, loader = _resume_objects(images, labels)
+        model.to(on_gpu.GPU)
+        return ((model, optimizer, scheduler, loader, R_EPOCHS, folder, R_SAVE_EVERY, on_gpu.GPU),
+                on_gpu.tracer(model, optimizer, scheduler, exercise="resume"))
+    return build
+
 def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
     model, optimizer, scheduler, loader = _resume_objects(images, labels)
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
@@ -572,5 +582,5 @@ def check_resume(train_fn) -> CheckReport:
                 break
     if not report.failures:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
         with isolated(), _lent_pair(train_fn):
-            report.failures += on_gpu.resume_failures(train_fn, images, labels)
+            report.failures += on_gpu.failures("train_resumable", train_fn, _gpu_case(images, labels))
     return report

@@ -85,7 +85,7 @@ def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
         with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
             _analyse_train(report, fn, _run_train(fn, case), applicable)
         if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
-            report.failures += on_gpu.train_failures(fn, exercise)
+            report.failures += on_gpu.failures("train_one_epoch", fn, _gpu_case(exercise))
         if exercise == "accumulation":  # the gradient's scale is the loss_divided property's evidence
             report.judge("loss_divided", [] if report.passed_on_evidence("gradient") else
                          NotJudged(report.unjudged.get("gradient", "the gradient could not be checked")))
@@ -114,3 +114,18 @@ def _without_scaler(report: CheckReport, fn, applicable):
     if new or scratch.passed_on_evidence("order"):
         return new
     return NotJudged("with scaler=None the loop ran no optimizer step")
+
+
+def _gpu_case(exercise: str):
+    """The check's own tiny case on the GPU, so the GPU run sees the same loop; lab 5's with the GPU's recipe (fp16
+    and a real GradScaler)."""
+    def build(folder):
+        import torch
+
+        case = _train_case(exercise)
+        case.model.to(on_gpu.GPU)  # in place: the optimizer keeps the same parameters
+        case.device = on_gpu.GPU
+        if exercise == "amp":
+            case.amp_dtype, case.scaler = torch.float16, torch.amp.GradScaler(on_gpu.GPU)
+        return case.args, on_gpu.tracer(case.model, case.optimizer, case.scheduler, case.scaler, exercise=exercise)
+    return build

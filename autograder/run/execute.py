@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
@@ -51,6 +52,23 @@ def _last_error(ctx) -> str:
         return ""
     said = [line.strip() for line in lines if re.match(r"\s*\w*(Error|Exception)\b", line)]
     return f"; it said: {said[-1][:300]}" if said else ""
+
+
+@dataclass
+class _Run:
+    """One execution of the notebook: where it stands, and why it stopped early (``stop_reason``, at ``stopped_at``)."""
+
+    started: float
+    last_test: int
+    cell_limit: int
+    started_cells: int = 0
+    timed_out: set[int] = field(default_factory=set)
+    seconds: dict[str, float] = field(default_factory=lambda: {"cells_s": 0.0, "tests_s": 0.0})
+    stop_reason: str | None = None
+    stopped_at: int | None = None
+
+    def stop(self, reason: str, at: int) -> None:
+        self.stop_reason, self.stopped_at = reason, at
 
 
 class SandboxedExecute(Execute):
@@ -91,78 +109,80 @@ class SandboxedExecute(Execute):
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
-        cell_limit = self.timeout
-        started = time.monotonic()
-        deadline = started + self.notebook_timeout
-        stop_reason, stopped_at, timed_out, started_cells = None, None, set(), 0
-        last_test = last_graded_code_cell(self.nb)
-        cell_seconds = {"cells_s": 0.0, "tests_s": 0.0}
+        run = _Run(started=time.monotonic(), last_test=last_graded_code_cell(self.nb), cell_limit=self.timeout)
         try:
             with self.setup_kernel():
                 info = self.wait_for_reply(self.kc.kernel_info())
-                ctx.timings["kernel_start_s"] = round(time.monotonic() - started, 2)
+                ctx.timings["kernel_start_s"] = round(time.monotonic() - run.started, 2)
                 if info is not None and "language_info" in info["content"]:
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
-                for index, cell in enumerate(self.nb.cells):
-                    if cell.cell_type != "code" or not cell.source.strip():
-                        continue
-                    if index > last_test:
-                        break  # nothing graded runs after the last test cell: see skip_after_last_test
-                    left = deadline - time.monotonic()
-                    if left < 1:
-                        stop_reason = f"not run: the notebook used up its {self.notebook_timeout} s time limit"
-                        stopped_at = index
-                        break
-                    self.timeout = int(max(1, min(cell_limit, left)))
-                    started_cells += 1
-                    cell_started = time.monotonic()
-                    try:
-                        self.preprocess_cell(cell, resources, index)
-                    except DeadKernelError:
-                        why = self._death_reason()
-                        cell.outputs.append(_error("KernelDied", f"the kernel died while running this cell: {why}"))
-                        stop_reason = f"not run: the kernel died in code cell {self._code_number(index)} ({why})"
-                        stopped_at = index + 1
-                        break
-                    except CellTimeoutError:
-                        cell.outputs.append(_error(
-                            "CellTimeoutError",
-                            f"this cell ran past its {self.timeout} s limit and did not stop when interrupted",
-                        ))
-                        stop_reason = (f"not run: code cell {self._code_number(index)} ran past its time limit and "
-                                       "would not stop")
-                        stopped_at = index + 1
-                        break
-                    if any(o.get("ename") == "CellTimeoutError" for o in cell.outputs):
-                        timed_out.add(index)
-                        for o in cell.outputs:
-                            if o.get("ename") == "CellTimeoutError":
-                                o["evalue"] = f"this cell ran past its {self.timeout} s limit and was interrupted"
-                                o["traceback"] = [f"CellTimeoutError: {o['evalue']}"]
-                    cell_seconds["tests_s" if utils.is_grade(cell) else "cells_s"] += time.monotonic() - cell_started
-                    if utils.is_grade(cell):
-                        _stderr_is_not_failure(cell)
+                self._run_cells(resources, run)
         except Exception as exc:  # the client broke mid-way: the rest of the notebook is not gradable
-            if not started_cells:  # no student code ran yet: the grader (limits, environment) is at fault
+            if not run.started_cells:  # no student code ran yet: the grader (limits, environment) is at fault
                 ctx.fatal = (f"the kernel did not start ({type(exc).__name__}: {exc}{_last_error(ctx)}); is "
                              f"--memory-limit ({ctx.policy.memory_mb} MB) too small?")
                 raise KernelStartError(ctx.fatal) from exc
-            stop_reason = f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})"
-            stopped_at = 0 if stopped_at is None else stopped_at
-        ctx.timings["kernel_s"] = round(time.monotonic() - started, 2)
-        ctx.timings.update({k: round(v, 2) for k, v in cell_seconds.items()})
-        skipped = skip_after_last_test(self.nb, last_test)
+            run.stop(f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})",
+                     0 if run.stopped_at is None else run.stopped_at)
+        self._account(ctx, run)
+        return self.nb, self.resources
+
+    def _run_cells(self, resources, run: _Run) -> None:
+        """Each code cell up to the last test, each within its limit and what is left of the notebook's."""
+        deadline = run.started + self.notebook_timeout
+        for index, cell in enumerate(self.nb.cells):
+            if cell.cell_type != "code" or not cell.source.strip():
+                continue
+            if index > run.last_test:
+                return  # nothing graded runs after the last test cell: see skip_after_last_test
+            left = deadline - time.monotonic()
+            if left < 1:
+                return run.stop(f"not run: the notebook used up its {self.notebook_timeout} s time limit", index)
+            self.timeout = int(max(1, min(run.cell_limit, left)))
+            run.started_cells += 1
+            cell_started = time.monotonic()
+            stop = self._run_cell(cell, resources, index, run)
+            if stop is not None:
+                return run.stop(stop, index + 1)
+            run.seconds["tests_s" if utils.is_grade(cell) else "cells_s"] += time.monotonic() - cell_started
+            if utils.is_grade(cell):
+                _stderr_is_not_failure(cell)
+
+    def _run_cell(self, cell, resources, index: int, run: _Run) -> str | None:
+        """One cell; why the notebook stops here (the kernel died, or the cell would not stop), or None."""
+        try:
+            self.preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            why = self._death_reason()
+            cell.outputs.append(_error("KernelDied", f"the kernel died while running this cell: {why}"))
+            return f"not run: the kernel died in code cell {self._code_number(index)} ({why})"
+        except CellTimeoutError:
+            cell.outputs.append(_error(
+                "CellTimeoutError", f"this cell ran past its {self.timeout} s limit and did not stop when interrupted"))
+            return f"not run: code cell {self._code_number(index)} ran past its time limit and would not stop"
+        if any(o.get("ename") == "CellTimeoutError" for o in cell.outputs):  # interrupted in time: the run goes on
+            run.timed_out.add(index)
+            for o in cell.outputs:
+                if o.get("ename") == "CellTimeoutError":
+                    o["evalue"] = f"this cell ran past its {self.timeout} s limit and was interrupted"
+                    o["traceback"] = [f"CellTimeoutError: {o['evalue']}"]
+        return None
+
+    def _account(self, ctx, run: _Run) -> None:
+        """The run's timings and notes in the task's context; the cells it did not reach say why."""
+        ctx.timings["kernel_s"] = round(time.monotonic() - run.started, 2)
+        ctx.timings.update({k: round(v, 2) for k, v in run.seconds.items()})
+        skipped = skip_after_last_test(self.nb, run.last_test)
         if skipped:
             ctx.timings["cells_skipped"] = skipped
         if self.budget.notebook_spent:
             ctx.notes.append(f"output beyond the notebook's {self.notebook_output_limit:,} characters was dropped")
-        if stop_reason is not None:
-            ctx.notes.append(stop_reason.replace("not run: ", ""))
-            for cell in self.nb.cells[stopped_at:last_test + 1]:  # those after it say why they were skipped
+        if run.stop_reason is not None:
+            ctx.notes.append(run.stop_reason.replace("not run: ", ""))
+            for cell in self.nb.cells[run.stopped_at:run.last_test + 1]:  # those after it say why they were skipped
                 if cell.cell_type == "code" and cell.source.strip() and not has_error(cell):
-                    cell.outputs = [*cell.get("outputs", []), _error("NotRun", stop_reason)]
-        ctx.timed_out, ctx.stopped_at = timed_out, stopped_at  # what the recheck leaves out (autograder.run.recheck)
-        return self.nb, self.resources
+                    cell.outputs = [*cell.get("outputs", []), _error("NotRun", run.stop_reason)]
+        ctx.timed_out, ctx.stopped_at = run.timed_out, run.stopped_at  # what the recheck leaves out (.recheck)
 
     def process_message(self, msg, cell, cell_index):
         """Charge every output, error and widget message to the notebook's :class:`~.budget.OutputBudget` before

@@ -230,10 +230,12 @@ def _handout(args) -> int:
 
 def _gradescope(args) -> int:
     from .course.gradescope_zip import build_zip
-
+    from .results.handin import load
     from .results.late import LateConfigError
 
     with _usage_errors(FileNotFoundError, LateConfigError):
+        if args.deadlines is not None:
+            load(args.deadlines)  # a LateConfigError now, not on every submission
         names = build_zip(args.out, args.root, args.source, data=not args.no_data, deadlines=args.deadlines)
     data = "with" if any(n.startswith("data/") for n in names) else "without"
     print(f"wrote {args.out} ({len(names)} files, {data} the dataset): upload it as the autograder of a Gradescope "

@@ -40,7 +40,7 @@ from .run import scratch
 from .run.pool import LocalExecutor
 from .sandbox.isolation import LAYERS
 from .results import journal
-from .results import late
+from .results import handin
 from .results.late import Deadlines
 from .results.collect import collect
 from .results.outcome import TaskOutcome
@@ -158,7 +158,7 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
     require_existing(submissions)
     out_lock = journal.lock_out(Path(out).resolve())  # one run per OUT; held until this process ends
     try:
-        deadlines = opts.course_deadlines or late.for_run(Path(out).resolve(), opts.deadlines, opts.extensions,
+        deadlines = opts.course_deadlines or handin.for_run(Path(out).resolve(), opts.deadlines, opts.extensions,
                                                           opts.times)  # a bad file stops us here
     except BaseException:
         out_lock.close()

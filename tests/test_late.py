@@ -77,7 +77,7 @@ def test_read_deadlines_and_extensions(tmp_path):
                     '"02_scheduler" = "2026-03-08T23:59+00:00"\n[penalty]\nper = "hour"\npercent = 2\nfloor = 60\n')
     ext = tmp_path / "extensions.csv"
     ext.write_text("student,notebook,until\nalice,,+2d\nbob,02_scheduler,2026-03-10T12:00\n")
-    course = late.load(path, ext)
+    course = handin.load(path, ext)
     assert course.deadline == datetime(2026, 3, 1, 22, 59, tzinfo=UTC)  # Berlin is UTC+1 in March
     assert course.notebooks["02_scheduler"] == datetime(2026, 3, 8, 23, 59, tzinfo=UTC)
     assert course.policy == Policy("hour", 2, 60)
@@ -97,7 +97,7 @@ def test_bad_deadlines_file(tmp_path, toml, says):
     path = tmp_path / "deadlines.toml"
     path.write_text(toml)
     with pytest.raises(LateConfigError, match=says):
-        late.load(path)
+        handin.load(path)
 
 
 @pytest.mark.parametrize("csv_text, says", [
@@ -109,7 +109,7 @@ def test_bad_extensions_file(tmp_path, csv_text, says):
     (tmp_path / "d.toml").write_text('deadline = "2026-03-01T12:00"\n')
     (tmp_path / "e.csv").write_text(csv_text)
     with pytest.raises(LateConfigError, match=says):
-        late.load(tmp_path / "d.toml", tmp_path / "e.csv")
+        handin.load(tmp_path / "d.toml", tmp_path / "e.csv")
 
 
 def test_grade_with_a_malformed_extensions_file_exits_2_before_grading(tmp_path):
@@ -299,14 +299,14 @@ def test_the_times_file_moodles_worksheet_and_its_mistakes(tmp_path):
 def test_deadlines_without_a_time_source_or_trusting_without_a_release_are_refused(tmp_path):
     (tmp_path / "d.toml").write_text('deadline = "2026-03-01T12:00"\n')
     with pytest.raises(LateConfigError, match="deadlines need the hand-in times to meet them: give --times FILE"):
-        late.for_run(tmp_path / "out", tmp_path / "d.toml", None)
+        handin.for_run(tmp_path / "out", tmp_path / "d.toml", None)
     (tmp_path / "d.toml").write_text('deadline = "2026-03-01T12:00"\nstudent_times = ["timestamp.txt"]\n')
     with pytest.raises(LateConfigError, match="student_times needs release"):
-        late.load(tmp_path / "d.toml")
+        handin.load(tmp_path / "d.toml")
     (tmp_path / "d.toml").write_text('deadline = "2026-03-01T12:00"\nrelease = "2026-02-01T00:00"\n'
                                      'student_times = ["timestamp"]\n')
     with pytest.raises(LateConfigError, match="list some of 'timestamp.txt', 'file time'"):
-        late.load(tmp_path / "d.toml")
+        handin.load(tmp_path / "d.toml")
 
 
 GRADESCOPE_METADATA = {  # Gradescope's documented submission_metadata.json, with a student's own extension
@@ -341,7 +341,7 @@ def test_gradescope_metadata_gives_the_penalties_grade_deadlines_gives(tmp_path,
     (tmp_path / "times.csv").write_text(f"student,submitted\nstudent,{created_at}\n")
     (tmp_path / "ext.csv").write_text(f"student,notebook,until\nstudent,,{extension}\n" if extension else
                                       "student,notebook,until\n")
-    with_grade = late.for_run(tmp_path / "out", tmp_path / "d.toml", tmp_path / "ext.csv", tmp_path / "times.csv")
+    with_grade = handin.for_run(tmp_path / "out", tmp_path / "d.toml", tmp_path / "ext.csv", tmp_path / "times.csv")
     sub = intake(tmp_path)
     sub.student = "student"
     got = [lateness(course, sub) for course in (on_gradescope, with_grade)]

@@ -58,18 +58,14 @@ def _code_files(root: Path) -> list[Path]:
 
 def build_zip(dest: Path, root: Path = REPO_ROOT, source: Path | None = None, data: bool = True,
               deadlines: Path | None = None) -> list[str]:
-    """Write Gradescope's autograder zip to ``dest``; the names it holds. ``deadlines``: the course's deadlines.toml,
-    checked here, whose late policy run_autograder applies (its dates are Gradescope's)."""
+    """Write Gradescope's autograder zip to ``dest``; the names it holds. ``deadlines``: the course's deadlines.toml
+    (checked by the caller), whose late policy run_autograder applies (its dates are Gradescope's)."""
     from labutils.data_files import RAW_FILES, find_raw_dir
 
     source = Path(source or root / "solutions" / ASSIGNMENT)
     notebooks = sorted(source.glob("*.ipynb"))
     if not notebooks:
         raise FileNotFoundError(f"{source} holds no notebooks: give the assignment's source with --source")
-    if deadlines is not None:
-        from autograder.results.late import load
-
-        load(deadlines)  # a LateConfigError now, not on every submission
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(dest, "w") as z:

@@ -40,15 +40,17 @@ from autograder.course import identity
 from autograder.course.submissions import TIMESTAMP_FILE, TIMESTAMP_HEAD, HandedInFile
 from autograder.untrusted import shown
 
-from .late import Deadlines, Extension, LateConfigError, Lateness, assess, instructor_time, load, unknown_names
+from labutils.atomic import write_atomically
+
+from . import late
+from .late import (DEADLINES_NAME, EXTENSIONS_NAME, FILE_TIME, TIMES_NAME, Deadlines, Extension, HandIn,
+                   LateConfigError, Lateness, assess, instructor_time, unknown_names)
 
 if TYPE_CHECKING:
     from autograder.course.submissions import Submission
 
 PLATFORM = "platform"  # the LMS, Gradescope or the instructor: the student cannot write it
 STUDENT = "student"  # written on the student's side: believed only when the instructor opts in
-FILE_TIME = "file time"
-STUDENT_SOURCES = (TIMESTAMP_FILE, FILE_TIME)  # deadlines.toml's student_times names these
 NBGRADER_FORMAT = "2026-03-01 12:00:00.000000 UTC"  # what `nbgrader submit` writes (%Y-%m-%d %H:%M:%S.%f %Z)
 TIMES_BYTES = 16 << 20  # a times file of a class of 2,000 is ~100 KB
 METADATA_BYTES = 64 << 20  # submission_metadata.json holds every previous submission's results
@@ -59,16 +61,6 @@ MOODLE_TIME = ("%A, %d %B %Y, %I:%M %p", "%d %B %Y, %I:%M %p")  # Moodle's userd
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?"
                     r"(?: ?(Z|[+-]\d\d:?\d\d|[A-Za-z][A-Za-z0-9_/+-]{0,39}))?")
 _UTC_NAMES = {"UTC", "GMT", "Z", "UCT", "+00:00", "+0000", "-00:00", "-0000"}
-
-
-@dataclass(frozen=True)
-class HandIn:
-    """When one student (or one notebook) was handed in, by which source, written by whom; or why it is not known."""
-
-    when: datetime | None  # UTC; None: not known
-    source: str  # shown in grades.csv, the JSON and the feedback: "times file (submitted)", "timestamp.txt", ...
-    writer: str  # PLATFORM or STUDENT
-    problem: str = ""  # one line when ``when`` is None: what was found, what was expected, the fix
 
 
 @dataclass(frozen=True)
@@ -283,4 +275,51 @@ def assess_class(course: Deadlines | None, submissions: list[Submission], notebo
     found = {}
     for sub in submissions:
         found.update({(x.student, x.notebook): x for x in assess(course, sub.student, handed_in(course, sub, now))})
+    return found
+
+
+# --- the course's files, as a run applies them -----------------------------------------------------------------------
+
+
+def load(deadlines: Path | None, extensions: Path | None = None, times: Path | None = None) -> Deadlines | None:
+    """The course's deadlines with their extensions and the platform's hand-in times; None when there is no
+    deadlines file (no deadline at all)."""
+    if deadlines is None:
+        if extensions is not None or times is not None:
+            raise LateConfigError("--extensions and --times need --deadlines (they move or meet a deadline)")
+        return None
+    found, zone = late.read_deadlines(deadlines)
+    if extensions is not None:
+        found.extensions = late.read_extensions(extensions, zone)
+    if times is not None:
+        found.times = read_times(times, zone)
+    return found
+
+
+def for_run(out: Path, deadlines: Path | None, extensions: Path | None, times: Path | None = None) -> Deadlines | None:
+    """The deadlines a ``grade`` run into ``out`` applies: the files given (checked, then copied into OUT, replacing
+    its copies), else OUT's copies from an earlier run, else none. Read before anything is graded, so a malformed
+    file, or deadlines with no hand-in time to meet them, stops the run at once."""
+    out = Path(out)
+    given = {EXTENSIONS_NAME: extensions, TIMES_NAME: times}
+    if deadlines is None and extensions is None and times is None:
+        kept = out / DEADLINES_NAME
+        if not kept.exists():
+            return None
+        given = {name: out / name if (out / name).exists() else None for name in given}
+        found = load(kept, given[EXTENSIONS_NAME], given[TIMES_NAME])
+    else:
+        found = load(deadlines, extensions, times)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomically(out / DEADLINES_NAME, Path(deadlines).read_bytes())
+        for name, path in given.items():
+            if path is None:
+                (out / name).unlink(missing_ok=True)
+            else:
+                write_atomically(out / name, Path(path).read_bytes())
+    if not found.times and not found.student_times:
+        raise LateConfigError("deadlines need the hand-in times to meet them: give --times FILE (the LMS's export of "
+                              "its submission times, or your own student,submitted file), or, to believe the times "
+                              "the students' side writes (nbgrader's timestamp.txt, file times), add student_times "
+                              "and release to deadlines.toml (docs/grading.md)")
     return found

@@ -33,18 +33,26 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from labutils.atomic import write_atomically
-
-if TYPE_CHECKING:
-    from .handin import HandIn
+from autograder.course.submissions import TIMESTAMP_FILE
 
 DEADLINES_NAME = "deadlines.toml"
+FILE_TIME = "file time"  # a notebook's file time, a hand-in time written on the student's side
+STUDENT_SOURCES = (TIMESTAMP_FILE, FILE_TIME)  # deadlines.toml's student_times names these (autograder.results.handin)
 EXTENSIONS_NAME = "extensions.csv"
 TIMES_NAME = "times.csv"  # OUT's copy of --times
 PER = {"none": None, "hour": 3600.0, "day": 86400.0}  # a started hour/day counts whole, as Canvas counts days
+
+
+@dataclass(frozen=True)
+class HandIn:
+    """When one student (or one notebook) was handed in, by which source, written by whom; or why it is not known."""
+
+    when: datetime | None  # UTC; None: not known
+    source: str  # shown in grades.csv, the JSON and the feedback: "times file (submitted)", "timestamp.txt", ...
+    writer: str  # autograder.results.handin's PLATFORM or STUDENT
+    problem: str = ""  # one line when ``when`` is None: what was found, what was expected, the fix
 
 
 class LateConfigError(ValueError):
@@ -211,8 +219,6 @@ def read_deadlines(path: Path) -> tuple[Deadlines, ZoneInfo]:
 
 def _student_times(data: dict, release: datetime | None, path: Path) -> tuple[str, ...]:
     """deadlines.toml's ``student_times``: the hand-in times written on the students' side the instructor trusts."""
-    from .handin import STUDENT_SOURCES
-
     kinds = data.get("student_times", [])
     if not isinstance(kinds, list) or not set(kinds) <= set(STUDENT_SOURCES) or len(set(kinds)) != len(kinds):
         raise LateConfigError(f"{path}: student_times = {kinds!r}; list some of {', '.join(map(repr, STUDENT_SOURCES))}"
@@ -247,23 +253,6 @@ def read_extensions(path: Path, zone: ZoneInfo) -> list[Extension]:
     return out
 
 
-def load(deadlines: Path | None, extensions: Path | None = None, times: Path | None = None) -> Deadlines | None:
-    """The course's deadlines with their extensions and the platform's hand-in times; None when there is no
-    deadlines file (no deadline at all)."""
-    if deadlines is None:
-        if extensions is not None or times is not None:
-            raise LateConfigError("--extensions and --times need --deadlines (they move or meet a deadline)")
-        return None
-    found, zone = read_deadlines(deadlines)
-    if extensions is not None:
-        found.extensions = read_extensions(extensions, zone)
-    if times is not None:
-        from .handin import read_times
-
-        found.times = read_times(times, zone)
-    return found
-
-
 # --- lateness ----------------------------------------------------------------------------------------------------
 
 
@@ -295,32 +284,3 @@ def unknown_names(course: Deadlines, students: list[str], notebooks: list[str]) 
               "whether their folder is missing" for s in sorted(s for s, hand in course.times.items()
                                                                  if hand.when is not None and s not in students)]
     return lines
-
-
-def for_run(out: Path, deadlines: Path | None, extensions: Path | None, times: Path | None = None) -> Deadlines | None:
-    """The deadlines a ``grade`` run into ``out`` applies: the files given (checked, then copied into OUT, replacing
-    its copies), else OUT's copies from an earlier run, else none. Read before anything is graded, so a malformed
-    file, or deadlines with no hand-in time to meet them, stops the run at once."""
-    out = Path(out)
-    given = {EXTENSIONS_NAME: extensions, TIMES_NAME: times}
-    if deadlines is None and extensions is None and times is None:
-        kept = out / DEADLINES_NAME
-        if not kept.exists():
-            return None
-        given = {name: out / name if (out / name).exists() else None for name in given}
-        found = load(kept, given[EXTENSIONS_NAME], given[TIMES_NAME])
-    else:
-        found = load(deadlines, extensions, times)
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomically(out / DEADLINES_NAME, Path(deadlines).read_bytes())
-        for name, path in given.items():
-            if path is None:
-                (out / name).unlink(missing_ok=True)
-            else:
-                write_atomically(out / name, Path(path).read_bytes())
-    if not found.times and not found.student_times:
-        raise LateConfigError("deadlines need the hand-in times to meet them: give --times FILE (the LMS's export of "
-                              "its submission times, or your own student,submitted file), or, to believe the times "
-                              "the students' side writes (nbgrader's timestamp.txt, file times), add student_times "
-                              "and release to deadlines.toml (docs/grading.md)")
-    return found

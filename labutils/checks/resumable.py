@@ -2,9 +2,11 @@
 must continue after the last checkpoint, in the middle of the epoch, and end bit-identical to the uninterrupted run.
 
 The loop calls the student's own lab 6 ``save_checkpoint`` / ``load_checkpoint`` (pasted into lab 7's notebook). The
-check hands it :class:`HeldCheckpoints` under those names instead, so that lab 7's verdicts judge the loop alone: a
-lab 6 mistake was graded in lab 6, and here could only be blamed on the loop (a lost RNG state would read as the loop's
-"the dropout masks differ"). The notebook checks the student's own pair beside this check, ungraded.
+check lends it, and every helper of the notebook, :class:`HeldCheckpoints` under those names instead, so that lab 7's
+verdicts judge the loop alone: a lab 6 mistake was graded in lab 6, and here could only be blamed on the loop (a lost
+RNG state would read as the loop's "the dropout masks differ"). The notebook checks the student's own pair beside this
+check, ungraded. Where the resumed run differs, the message names the first thing that differs, step by step, or a
+save made before its step was complete.
 """
 
 from __future__ import annotations

@@ -66,6 +66,21 @@ def do_nothing_student(sol: dict, tests: list[Test]) -> Student:
                    notebooks, failing=failing)
 
 
+ENGINEER = (("checkpoint_replace_imported", "06_checkpointing"), ("resume_loads_by_hand", "07_crash_resume"),
+            ("param_groups_generators", "08_stretch"))  # correct idioms a check or the grader once failed (issue 45)
+
+
+def engineer_student(sol: dict) -> Student:
+    """Correct answers in an experienced engineer's own idiom, each once wrongly failed through the grader (a generator
+    of parameters called tampering, a manual torch.load crashing on lab 7's file, a rename by another name called
+    writing in place): full marks on every autograded test."""
+    by_name = {v.name: v for v in mutants.CORRECT}
+    notebooks = {notebook: with_function(sol[notebook], mutants.CONTRACT_NAMES[by_name[name].exercise],
+                                         mutants.source(by_name[name]), mutants.IMPORTS)
+                 for name, notebook in ENGINEER}
+    return Student("engineer", "correct idioms of an engineer: " + ", ".join(name for name, _ in ENGINEER), notebooks)
+
+
 def load_tests(solutions: Path) -> list[Test]:
     """Every graded cell of the solutions, in notebook and cell order."""
     import re
@@ -225,6 +240,7 @@ def build_class(solutions: Path, release: Path, repo: Path, out_dir: Path) -> li
         nb = with_function(sol[notebook], names, mutants.source(variant), mutants.IMPORTS)
         students.append(Student(f"mutant-{name.replace('_', '-')}", f"corpus mutant {name}", {notebook: nb},
                                 **variant_fails(tests, notebook, names[0], variant)))
+    students.append(engineer_student(sol))
     students.append(do_nothing_student(sol, tests))
     students += pathological(sol, tests, repo, out_dir)
     return students
@@ -323,7 +339,7 @@ def pathological(sol: dict, tests: list[Test], repo: Path, out_dir: Path) -> lis
                      {"03_clipping": cheat3}, **only("03_clipping", "clip_after_step")))
     forge = insert_cell(cheat, "train_one_epoch", FORGE_RESULTS, after=True)
     s.append(Student("forges-results", "writes look-alike hidden-test results to every descriptor, then exits",
-                     {"02_scheduler": forge}, **all02("could not be judged")))
+                     {"02_scheduler": forge}, **all02("could not check")))
     during = insert_cell(cheat, "train_one_epoch", PATCH_DURING_CHECK, after=True)
     s.append(Student("patches-during-check", "the graded function patches torch while it is being checked",
                      {"02_scheduler": during}, **all02("while it was being checked")))

@@ -66,14 +66,15 @@ def do_nothing_student(sol: dict, tests: list[Test]) -> Student:
                    notebooks, failing=failing)
 
 
-ENGINEER = (("checkpoint_replace_imported", "06_checkpointing"), ("resume_loads_by_hand", "07_crash_resume"),
-            ("param_groups_generators", "08_stretch"))  # correct idioms a check or the grader once failed (issue 45)
+# correct idioms the grader itself once failed (issue 45); the rest of the correct corpus is judged apart (observer and
+# judge, tests/test_evidence.py) without a grading run each: a notebook here costs ~10 s of the class's run
+ENGINEER = (("resume_loads_by_hand", "07_crash_resume"), ("param_groups_generators", "08_stretch"))
 
 
 def engineer_student(sol: dict) -> Student:
     """Correct answers in an experienced engineer's own idiom, each once wrongly failed through the grader (a generator
-    of parameters called tampering, a manual torch.load crashing on lab 7's file, a rename by another name called
-    writing in place): full marks on every autograded test."""
+    of parameters called tampering, a manual torch.load crashing on lab 7's file): full marks on every autograded
+    test."""
     by_name = {v.name: v for v in mutants.CORRECT}
     notebooks = {notebook: with_function(sol[notebook], mutants.CONTRACT_NAMES[by_name[name].exercise],
                                          mutants.source(by_name[name]), mutants.IMPORTS)

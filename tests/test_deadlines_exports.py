@@ -50,7 +50,7 @@ def test_penalty_in_grades_csv_json_and_feedback(course):
     got = {s: (r["score"], r["raw_score"], r["late_penalty"], r["hours_late"], r["time_source"])
            for s, r in rows(out).items()}
     assert got == {"ontime": ("3", "3", "0", "0.0", "timestamp.txt"),
-                   "late": ("2", "3", "1", "26.0", "times file (submitted)"),  # 20% of 5 points
+                   "late": ("2.5", "3", "0.5", "26.0", "times file (submitted)"),  # 20% of 5, floor 2.5
                    "extended": ("1", "1", "0", "0.0", "timestamp.txt"),  # late, but within the extension
                    "notime": ("0", "3", "3", "203.78", "file time"),  # past the cutoff
                    "nanstamp": ("3", "3", "0", "0.0", "timestamp.txt")}  # graded; its time not known: no penalty
@@ -61,11 +61,11 @@ def test_penalty_in_grades_csv_json_and_feedback(course):
     assert "nanstamp: hand-in time not known" in (out / "summary.md").read_text()
     record = build.read_json(out / "late.json")  # the student named "late": OUT's own files do not clash with it
     nb = record["notebooks"][toy.NOTEBOOK]
-    assert (record["score"], record["raw_score"], record["late_penalty"]) == (2, 3, 1)
-    assert (nb["score"], nb["late"]["fraction"], nb["late"]["due"]) == (2, 0.2, "2026-03-01T12:00:00+00:00")
+    assert (record["score"], record["raw_score"], record["late_penalty"]) == (2.5, 3, 0.5)  # Canvas's floor
+    assert (nb["score"], nb["late"]["fraction"], nb["late"]["due"]) == (2.5, 0.2, "2026-03-01T12:00:00+00:00")
     assert build.read_json(out / "extended.json")["notebooks"][toy.NOTEBOOK]["late"]["extended"] is True
     page = (out / "feedback" / "late" / f"{toy.NOTEBOOK}.html").read_text()
-    assert page.count('id="looplab-late"') == 1 and "26 h after the deadline" in page and "Points taken: 1." in page
+    assert page.count('id="looplab-late"') == 1 and "26 h after the deadline" in page and "Points taken: 0.5." in page
     assert "time from times file (submitted)" in page  # every student's report names the source of their time
     assert "(time from timestamp.txt), before the deadline" in \
         (out / "feedback" / "ontime" / f"{toy.NOTEBOOK}.html").read_text()

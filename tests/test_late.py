@@ -3,6 +3,7 @@ extensions; the instructor's files read strictly, a mistake named with its fix."
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import datetime, timedelta, timezone
 
@@ -24,11 +25,13 @@ H = 3600
     (Policy("hour", 5), -10 * H, 0.0),  # early
     (Policy("hour", 5), 1, 0.05),  # a second late is a started hour
     (Policy("hour", 5), 3 * H, 0.15),
-    (Policy("hour", 5, floor=80), 10 * H, 0.2),  # stops at the floor
+    (Policy("hour", 5, max_percent=20), 10 * H, 0.2),  # stops at max_percent
+    (Policy("hour", 5, floor=80), 10 * H, 0.5),  # the floor depends on the score: penalty_points applies it
     (Policy("day", 10), 26 * H, 0.2),  # a started day counts whole
-    (Policy("day", 10, floor=50), 30 * 24 * H, 0.5),
-    (Policy("day", 10, floor=50, cutoff_hours=168), 168 * H, 0.5),  # at the cutoff: not yet
-    (Policy("day", 10, floor=50, cutoff_hours=168), 168 * H + 1, 1.0),  # past it: zero
+    (Policy("day", 10, max_percent=50), 30 * 24 * H, 0.5),
+    (Policy("day", 10, max_percent=50, cutoff_hours=168), 168 * H, 0.5),  # at the cutoff: not yet
+    (Policy("day", 10, max_percent=50, cutoff_hours=168), 168 * H + 1, 1.0),  # past it: zero
+    (Policy("day", 10), 30 * 24 * H, 1.0),  # all of it, without a cap
     (Policy("none", cutoff_hours=24), 23 * H, 0.0),  # zero after a cutoff, nothing before
     (Policy("none", cutoff_hours=24), 25 * H, 1.0),
 ])
@@ -60,15 +63,55 @@ def test_assess_and_penalty_points_matrix():
     got = {s: late.assess(course, s, times)[0] for s in ("on", "ext")}
     assert (got["on"].hours_late, got["on"].fraction, got["on"].extended) == (26.0, 0.2, False)
     assert (got["ext"].hours_late, got["ext"].fraction, got["ext"].extended) == (0.0, 0.0, True)
-    assert late.penalty_points(got["on"], raw=3, max_score=5) == 1.0  # a share of the notebook's points
-    assert late.penalty_points(got["on"], raw=0.5, max_score=5) == 0.5  # never more than it earned
+    assert late.penalty_points(got["on"], raw=5, max_score=5) == 1.0  # a share of the notebook's points
+    assert late.penalty_points(got["on"], raw=3, max_score=5) == 0.5  # but never below the floor: 2.5 of 5
+    assert late.penalty_points(got["on"], raw=0.5, max_score=5) == 0.0  # below it already: not lowered
     assert late.penalty_points(None, raw=3, max_score=5) == 0.0
+    assert "penalty: 20% of the notebook's points, never below 50% of them" in got["on"].describe()
     assert "26 h after the deadline" in got["on"].describe() and "time from times file" in got["on"].describe()
     assert got["ext"].describe().startswith("Handed in 2026-03-02T14:00:00+00:00 (time from times file (submitted)),"
                                             " before the deadline")  # every report names the source of its time
     unknown = late.assess(course, "x", {"00": HandIn(None, "timestamp.txt", handin.STUDENT, "it holds 'NaN'")})[0]
     assert (unknown.fraction, unknown.submitted, unknown.problem) == (0.0, None, "it holds 'NaN'")
     assert unknown.describe().startswith("Your hand-in time is not known: it holds 'NaN'. No late penalty")
+
+
+def canvas_points_deducted(score: float, possible: float, late_s: float, policy: Policy) -> float:
+    """Canvas's deduction, line for line (canvas-lms app/models/late_policy.rb, LatePolicy#points_deducted)."""
+    intervals_late = math.ceil(late_s / late.PER[policy.per])
+    raw_score_percent = score * 100.0 / possible
+    maximum_deduct = max(raw_score_percent - policy.floor, 0.0)
+    late_percent_deduct = policy.percent * intervals_late
+    return possible * min(late_percent_deduct, maximum_deduct) / 100
+
+
+@pytest.mark.parametrize("floor", [0, 30, 50, 80, 100])
+@pytest.mark.parametrize("per, percent", [("day", 10), ("hour", 2.5), ("day", 35)])
+def test_floor_is_canvas_lowest_possible_grade(floor, per, percent):
+    """`floor` means Canvas's "lowest possible grade": lateness never takes a score below floor percent of the
+    points, and a score already below it keeps what it earned (it used to take the penalty down to the floor from
+    full marks, whatever the score: 3/5 at 20% and floor 50 scored 2, where Canvas gives 2.5). Canvas's own
+    formula is the oracle, over scores, lateness and floors."""
+    policy = Policy(per, percent, floor=floor)
+    for late_s in (1, 5 * H, 26 * H, 9 * 24 * H):
+        lateness = late.assess(Deadlines(deadline=DUE, policy=policy), "s",
+                               {"00": HandIn(DUE + timedelta(seconds=late_s), "times file", handin.PLATFORM)})[0]
+        for raw in (0, 0.4, 1.5, 2.5, 3, 4.25, 5):
+            canvas = canvas_points_deducted(raw, 5, late_s, policy)
+            assert late.penalty_points(lateness, raw, 5) == pytest.approx(canvas, abs=1e-4), (raw, late_s)
+
+
+def test_max_percent_caps_the_penalty_and_the_cutoff_beats_the_floor():
+    """`max_percent` is the other meaning, kept by name: the penalty stops at that share of the points, whatever
+    the score; with a floor both hold; past the cutoff the notebook scores 0, floor or not."""
+    def cost(policy: Policy, late_s: float, raw: float) -> float:
+        hand = HandIn(DUE + timedelta(seconds=late_s), "times file", handin.PLATFORM)
+        return late.penalty_points(late.assess(Deadlines(deadline=DUE, policy=policy), "s", {"00": hand})[0], raw, 10)
+    capped = Policy("day", 20, max_percent=30)
+    assert [cost(capped, 5 * 24 * H, raw) for raw in (10, 6, 2)] == [3.0, 3.0, 2.0]  # 100% late, 30% taken
+    both = Policy("day", 20, floor=50, max_percent=30, cutoff_hours=240)
+    assert [cost(both, 5 * 24 * H, raw) for raw in (10, 6, 2)] == [3.0, 1.0, 0.0]
+    assert [cost(both, 241 * H, raw) for raw in (10, 6, 2)] == [10.0, 6.0, 2.0]  # past the cutoff: 0
 
 
 def test_read_deadlines_and_extensions(tmp_path):

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import pytest
 
+from autograder.results import roster
+from autograder.results.csvcells import neutralise
 from autograder.results.writers import lms
 from autograder.results.writers.lms import ExportError
 
@@ -24,8 +27,12 @@ def cells(path: Path) -> list[list[str]]:
     return list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"), newline="")))
 
 
+NOW = 1767225600  # 2026-01-01T00:00Z: the export's time, which Moodle's rows it fills get
+
+
 def fill(fmt: str, roster: str, tmp_path: Path, totals=TOTALS, **kw) -> lms.ExportReport:
-    return lms.fill(lms.read_roster(GOLDEN / roster), lms.FORMATS[fmt], totals, dest=tmp_path / "out.csv", **kw)
+    return lms.fill(lms.read_roster(GOLDEN / roster, lms.FORMATS[fmt]), lms.FORMATS[fmt], totals,
+                    dest=tmp_path / "out.csv", now=NOW, **kw)
 
 
 def test_canvas_golden(tmp_path):
@@ -33,7 +40,7 @@ def test_canvas_golden(tmp_path):
     assert (tmp_path / "out.csv").read_bytes() == (GOLDEN / "canvas_expected.csv").read_bytes()
     assert report.column == "Loop Lab (12345)"
     assert report.written == {"ontime": 5, "late": 3.5, "extended": 1}
-    assert report.no_submission == ["dropped", "row 7 (no SIS Login ID)"]  # listed, their cells left alone
+    assert report.no_submission == ["dropped"]  # listed, its cells left alone; the Test Student is nobody's
     assert report.no_roster_row == ["notime"]
     assert report.notes == []  # Canvas's points possible (5.00) is the assignment's
 
@@ -81,10 +88,10 @@ def test_roster_without_the_assignment_or_key_column(tmp_path):
     roster = tmp_path / "r.csv"
     roster.write_text("Student,ID,SIS Login ID,Quiz 1 (1)\nA,1,a,3\n")
     with pytest.raises(ExportError, match="named like 'Loop Lab'.*--column"):
-        lms.fill(lms.read_roster(roster), lms.FORMATS["canvas"], TOTALS, dest=tmp_path / "o.csv")
+        lms.fill(lms.read_roster(roster, lms.FORMATS["canvas"]), lms.FORMATS["canvas"], TOTALS, dest=tmp_path / "o.csv")
     roster.write_text("First name,Assignment: Loop Lab (Real)\nA,-\n")
     with pytest.raises(ExportError, match="no 'Email address' column"):
-        lms.fill(lms.read_roster(roster), lms.FORMATS["moodle"], TOTALS, dest=tmp_path / "o.csv")
+        lms.fill(lms.read_roster(roster, lms.FORMATS["moodle"]), lms.FORMATS["moodle"], TOTALS, dest=tmp_path / "o.csv")
     bad = tmp_path / "map.csv"
     bad.write_text("folder,student number\nx,1\n")
     with pytest.raises(ExportError, match="header must be submission,<a roster column>"):
@@ -95,7 +102,7 @@ def test_unknown_format_and_missing_roster_say_what_to_fix(tmp_path):
     with pytest.raises(ExportError, match="unknown format 'blackboard': use one of canvas, moodle"):
         lms.export_lms(tmp_path, "blackboard", GOLDEN / "canvas_roster.csv")
     with pytest.raises(ExportError, match="cannot be read.*download the gradebook CSV"):
-        lms.read_roster(tmp_path / "nope.csv")
+        lms.read_roster(tmp_path / "nope.csv", lms.FORMATS["canvas"])
 
 
 MOODLE_HEADER = "First name,Last name,ID number,Email address,Assignment: Loop Lab (Real)\n"
@@ -104,8 +111,8 @@ MOODLE_HEADER = "First name,Last name,ID number,Email address,Assignment: Loop L
 def moodle(tmp_path: Path, rows: str, totals, **kw) -> tuple[lms.ExportReport, dict[str, str]]:
     """Fill a Moodle roster of ``rows``; the report and {ID number: the grade cell written}."""
     (tmp_path / "roster.csv").write_text(MOODLE_HEADER + rows)
-    report = lms.fill(lms.read_roster(tmp_path / "roster.csv"), lms.FORMATS["moodle"], totals,
-                      dest=tmp_path / "out.csv", **kw)
+    report = lms.fill(lms.read_roster(tmp_path / "roster.csv", lms.FORMATS["moodle"]), lms.FORMATS["moodle"], totals,
+                      dest=tmp_path / "out.csv", now=NOW, **kw)
     return report, {r[2]: r[4] for r in cells(tmp_path / "out.csv")[1:]}
 
 
@@ -157,3 +164,108 @@ def test_a_mapping_naming_one_student_twice_is_refused(tmp_path):
     (tmp_path / "map.csv").write_text("submission,ID number\nann,0003\nann,0004\n")
     with pytest.raises(ExportError, match="lines 2 and 3 both name 'ann'"):
         moodle(tmp_path, "A,N,0003,ann@x.example,-\n", TOTALS, mapping=tmp_path / "map.csv")
+
+
+@pytest.mark.parametrize("lines, candidates, delimiter", [
+    (["a;b;c", "1;2;3"], (",", ";"), ";"),
+    (["a,b;c", "1,2;3"], (",", ";"), ","),  # a tie: the comma, as Canvas decides
+    (['"Doe, Jane";x;y', '"Roe, Rick";z;w'], (",", ";"), ";"),  # commas inside quotes split nothing
+    (["a;b;c", "1;2"], (",", ";"), ","),  # `;` splits the lines unevenly: not it
+    (["a\tb,c\td", "1\t2,3\t4"], (",", ";", "\t", ":"), "\t"),  # Moodle's tab
+    (['"Assignment: Loop Lab (Real)":"ID number"', '3:"000123"'], (",", ";", "\t", ":"), ":"),
+])
+def test_the_delimiter_is_found_as_canvas_finds_it(lines, candidates, delimiter):
+    """canvas-lms gradebook_importer.rb identify_delimiter: the candidate that splits the first three lines into the
+    same number of fields, the most fields winning, the comma on a tie; Moodle's export adds tab and colon."""
+    assert roster.detect("\n".join(lines) + "\n", candidates) == delimiter
+
+
+def test_the_cells_written_are_guarded_and_the_rest_kept(tmp_path):
+    """The CSV-injection guard applies to what the export writes, through the same splice (a cell it writes that
+    needs quotes gets them in the file's delimiter); every other byte is the roster's."""
+    (tmp_path / "r.csv").write_bytes(b"a;b\n-1 late day used;x\n")
+    table = roster.read(tmp_path / "r.csv", (",", ";"))
+    assert table.with_cells({(0, 1): neutralise("=1;2")}) == b"a;b\n-1 late day used;\"'=1;2\"\n"
+    assert table.with_cells({(0, 3): "4"}) == b"a;b\n-1 late day used;x;;4\n"  # a short row grows to the column
+
+
+@pytest.mark.parametrize("score, canvas, moodle", [(10 / 3, "3.33", "3.33333"), (2.675, "2.68", "2.675"),
+                                                   (4.0, "4", "4"), (0.000004, "0", "0"), (36.999996, "37", "37")])
+def test_scores_keep_the_precision_the_lms_keeps(score, canvas, moodle):
+    """Canvas compares and shows 2 decimals (gradebook_importer.rb, gradebook_exporter.rb); Moodle's grades are
+    DECIMAL(10,5): the score is rounded half up to those, not to 2 everywhere."""
+    assert (lms.score_text(score, 2), lms.score_text(score, 5)) == (canvas, moodle)
+
+
+@pytest.mark.parametrize("name, login, sis_id, special", [
+    ("Student, Test", "", "", True),
+    ("Prüfer, Test", "da39a3ee5e6b4b0d3255bfef95601890afd80709", "", True),  # a translated name: its hashed login
+    ("Student, Test", "tstudent", "S123", False),  # a real student of that name has an SIS id
+])
+def test_canvas_test_student_is_nobodys(tmp_path, name, login, sis_id, special):
+    (tmp_path / "r.csv").write_text(f"Student,ID,SIS User ID,SIS Login ID,Section,Loop Lab (1)\n"
+                                    f'"{name}",9,{sis_id},{login},A,\n')
+    report = lms.fill(lms.read_roster(tmp_path / "r.csv", lms.FORMATS["canvas"]), lms.FORMATS["canvas"], TOTALS,
+                      dest=tmp_path / "o.csv")
+    assert report.no_submission == ([] if special else [login])
+
+
+MOODLE_MAX = ("Email address,Assignment: Loop Lab (Real),Assignment: Loop Lab (Percentage),"
+              "Last downloaded from this course\n")
+
+
+@pytest.mark.parametrize("rows, says", [
+    ("a@x,4.00,80.00 %,1\nb@x,-,-,1\n", None),  # 4 is 80% of 5: the assignment's maximum
+    ("a@x,4.00,40.00 %,1\n", "is out of 10 points in Moodle .* set the grade item's maximum grade to 5"),
+    ("a@x,1,20 %,1\nb@x,4.00,50.00 %,1\n", "could not check .* disagree"),  # 5 and 8: a minimum grade?
+    ("a@x,-,-,1\n", "could not check .* no row has a grade in both"),
+])
+def test_moodle_maximum_is_checked_where_the_roster_shows_it(tmp_path, rows, says):
+    """Moodle's import refuses a grade above the grade item's maximum; its export names no maximum, but a
+    Percentage column beside the Real one gives it (the cells' rounding counted)."""
+    (tmp_path / "r.csv").write_text(MOODLE_MAX + rows)
+    report = lms.fill(lms.read_roster(tmp_path / "r.csv", lms.FORMATS["moodle"]), lms.FORMATS["moodle"],
+                      [total("a@x", 3, 5)], dest=tmp_path / "o.csv", now=NOW)
+    assert (report.notes == []) if says is None else re.search(says, " ".join(report.notes)), report.notes
+
+
+def test_moodle_roster_without_the_points_column_is_refused(tmp_path):
+    (tmp_path / "r.csv").write_text("Email address,Assignment: Loop Lab (Percentage)\na@x,80.00 %\n")
+    with pytest.raises(ExportError, match="percentage or letter, and Moodle imports points.*Real"):
+        lms.fill(lms.read_roster(tmp_path / "r.csv", lms.FORMATS["moodle"]), lms.FORMATS["moodle"], TOTALS,
+                 dest=tmp_path / "o.csv")
+
+
+def moodle_refuses(data: bytes, graded_at: dict[str, int], now: int) -> list[str]:
+    """Moodle's import without Force import (grade/import/csv/classes/load_data.php, prepare_import_grade_data):
+    the students whose row it refuses, each row's grade going to the assignment's grade item: a Last downloaded
+    time that is not an integer, in the future or over a year old, or earlier than the student's grade was last
+    graded."""
+    refused = []
+    for row in csv.DictReader(io.StringIO(data.decode("utf-8-sig"), newline="")):
+        exported, email = row[lms.TIME_EXPORTED], row["Email address"]
+        if not exported.isdigit() or not now - 365 * 86400 <= int(exported) <= now or \
+                int(exported) < graded_at.get(email, 0):
+            refused.append(email)
+    return refused
+
+
+def test_moodle_reimport_of_a_file_from_an_old_roster_needs_no_force_import(tmp_path):
+    """A roster downloaded once, exported, imported; then regraded and exported again from the same roster: Moodle
+    refused the second import for every student graded by the first (their row's download time is older than their
+    grade) until Force import was ticked. The rows the export fills carry its own time, so the second import goes
+    through, and a grade changed in Moodle after the export is still protected."""
+    (tmp_path / "r.csv").write_text(f"First name,Email address,Assignment: Loop Lab (Real),{lms.TIME_EXPORTED}\n"
+                                    "A,a@x,-,1764000000\nB,b@x,-,1764000000\nC,c@x,-,1764000000\n")
+    table = lms.read_roster(tmp_path / "r.csv", lms.FORMATS["moodle"])
+    totals = [total("a@x", 3, 5), total("b@x", 4, 5)]
+    first = 1764000000 + 3600
+    lms.fill(table, lms.FORMATS["moodle"], totals, dest=tmp_path / "1.csv", now=first)
+    assert moodle_refuses((tmp_path / "1.csv").read_bytes(), {}, now=first + 60) == []
+    graded = {"a@x": first + 60, "b@x": first + 60}  # the first import graded them
+    second = first + 86400
+    lms.fill(table, lms.FORMATS["moodle"], totals, dest=tmp_path / "2.csv", now=second)
+    lms.fill(table, lms.FORMATS["moodle"], totals, dest=tmp_path / "as_read.csv", now=1764000000)
+    assert moodle_refuses((tmp_path / "as_read.csv").read_bytes(), graded, now=second + 60) == ["a@x", "b@x"]
+    assert moodle_refuses((tmp_path / "2.csv").read_bytes(), graded, now=second + 60) == []
+    assert moodle_refuses((tmp_path / "2.csv").read_bytes(), graded | {"b@x": second + 30}, second + 60) == ["b@x"]

@@ -61,24 +61,40 @@ class LateConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Policy:
-    """What lateness costs, as a share of the notebook's points (independent of what the student scored)."""
+    """What lateness costs, as a share of the notebook's points.
+
+    Two limits, each as a platform means it: ``floor`` is Canvas's "lowest possible grade" (canvas-lms
+    ``app/models/late_policy.rb``, ``points_deducted``: the deduction is at most the score's percent less the minimum,
+    never below 0), so lateness never takes a score below ``floor`` percent of the notebook's points and a score
+    already below it keeps what it earned; ``max_percent`` caps the penalty itself (at most that percent of the
+    points, whatever the score). Past ``cutoff_hours`` the notebook scores 0, the floor notwithstanding."""
 
     per: str = "none"  # "none", "hour" or "day": the unit the penalty grows by
     percent: float = 0.0  # of the notebook's points, per started unit late
-    floor: float = 0.0  # the penalty stops growing once a late notebook could keep only this percent of its points
+    floor: float = 0.0  # lateness never lowers a score below this percent of the notebook's points (Canvas's meaning)
+    max_percent: float = 100.0  # the penalty stops growing at this percent of the notebook's points
     cutoff_hours: float | None = None  # later than this after the deadline: the notebook scores 0 (None: never)
 
+    def cut_off(self, late_s: float) -> bool:
+        return self.cutoff_hours is not None and late_s > self.cutoff_hours * 3600
+
     def fraction(self, late_s: float) -> float:
-        """The share of the notebook's points lost for handing it in ``late_s`` seconds after its deadline."""
+        """The share of the notebook's points lost for handing it in ``late_s`` seconds after its deadline, before
+        the floor (which depends on the score: :func:`penalty_points`)."""
         if late_s <= 0:
             return 0.0
-        if self.cutoff_hours is not None and late_s > self.cutoff_hours * 3600:
+        if self.cut_off(late_s):
             return 1.0
         unit = PER[self.per]
         if unit is None:
             return 0.0
         lost = self.percent / 100 * math.ceil(late_s / unit)
-        return round(min(lost, 1 - self.floor / 100), 6)
+        return round(min(lost, self.max_percent / 100), 6)
+
+    def keeps(self, late_s: float) -> float:
+        """The share of the notebook's points lateness never takes from a score that reached it: the floor, or
+        nothing past the cutoff."""
+        return 0.0 if late_s <= 0 or self.cut_off(late_s) else self.floor / 100
 
 
 @dataclass(frozen=True)
@@ -127,6 +143,7 @@ class Lateness:
     fraction: float  # of the notebook's points
     writer: str = ""  # who wrote the time: "platform" (the LMS, Gradescope, the instructor) or "student"
     problem: str = ""  # why the hand-in time is not known: then no penalty, and the run is incomplete
+    floor: float = 0.0  # the share of the notebook's points lateness never takes a score below (Policy.keeps)
 
     def describe(self) -> str:
         """One sentence for the student's JSON and feedback page, naming where their time comes from (facts stay
@@ -139,16 +156,18 @@ class Lateness:
         ext = " (with your extension)" if self.extended else ""
         if self.hours_late <= 0:
             return f"Handed in {self.submitted} (time from {self.source}), before the deadline ({self.due}{ext})."
-        cost = ("it scores 0" if self.fraction >= 1 else
-                f"penalty: {self.fraction * 100:g}% of the notebook's points" if self.fraction else "no penalty")
+        floor = f", never below {self.floor * 100:g}% of them" if self.floor else ""
+        cost = ("it scores 0" if self.fraction >= 1 and not self.floor else
+                f"penalty: {self.fraction * 100:g}% of the notebook's points{floor}" if self.fraction else "no penalty")
         return f"Handed in {self.hours_late:g} h after the deadline ({self.due}{ext}; time from {self.source}): {cost}."
 
 
 def penalty_points(late: Lateness | None, raw: float, max_score: float) -> float:
-    """Points lateness takes from a notebook that earned ``raw`` of ``max_score``: never more than it earned."""
+    """Points lateness takes from a notebook that earned ``raw`` of ``max_score``: never more than it earned, never
+    below its floor (Canvas's ``points_deducted``: ``min(deduction, max(score - minimum, 0))``)."""
     if late is None or late.fraction <= 0:
         return 0.0
-    return round(min(raw, late.fraction * max_score), 4)
+    return round(min(late.fraction * max_score, max(0.0, raw - late.floor * max_score)), 4)
 
 
 # --- reading the instructor's files ------------------------------------------------------------------------------------
@@ -181,8 +200,8 @@ def _policy(table: dict, where: str) -> Policy:
     policy = Policy(**table)
     if policy.per not in PER:
         raise LateConfigError(f"{where} [penalty]: per = {policy.per!r}; use one of {', '.join(PER)}")
-    if not 0 <= policy.floor <= 100 or policy.percent < 0:
-        raise LateConfigError(f"{where} [penalty]: percent must be >= 0 and floor between 0 and 100")
+    if not 0 <= policy.floor <= 100 or not 0 <= policy.max_percent <= 100 or policy.percent < 0:
+        raise LateConfigError(f"{where} [penalty]: percent must be >= 0, floor and max_percent between 0 and 100")
     return policy
 
 
@@ -266,7 +285,7 @@ def assess(course: Deadlines, student: str, handed_in: dict[str, HandIn]) -> lis
         out.append(Lateness(student=student, notebook=nb, submitted=hand.when.isoformat() if hand.when else None,
                             source=hand.source, due=due.isoformat() if due else None, extended=extended,
                             hours_late=round(max(0.0, late_s) / 3600, 2), fraction=course.policy.fraction(late_s),
-                            writer=hand.writer, problem=hand.problem))
+                            writer=hand.writer, problem=hand.problem, floor=course.policy.keeps(late_s)))
     return out
 
 

@@ -171,6 +171,17 @@ def global_norm(grads) -> float:
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
+def file_digest(path) -> str | None:
+    """The SHA-256 of a file's bytes (None: no such file)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def format_events(events: list[Event], start: int = 0, stop: int | None = None) -> list[str]:
     """Numbered one-line descriptions (numbers are positions in the whole trace, from 1)."""
     stop = len(events) if stop is None else stop
@@ -534,6 +545,8 @@ class Tracer:
             finally:
                 self._renaming = False
             event.info["exists"] = self._exists()
+            if kind == "replace" and any(Path(info["dst"]).resolve() == w.resolve() for w in self.watch):
+                event.info["digest"] = file_digest(info["dst"])  # what it put there, to compare with what stays
             return out
 
         return wrapped

@@ -166,6 +166,16 @@ def judged_apart(exercise_id: str, fns: tuple, observer_body=None) -> properties
         os.waitpid(pid, 0)
 
 
+@pytest.fixture(autouse=True)
+def _one_data_seed():
+    """The observer (a fork of this process) and the judge build their checks' data from one seed, as the recheck's
+    do from the seed its judge draws (autograder.hidden.recheck.data_seed)."""
+    from labutils.checks import world
+
+    with world.seeded(20240917):
+        yield
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
     """A fork after torch's thread pool started can deadlock the child: these tests fork, as the zygote does, from a
@@ -193,10 +203,11 @@ NOTHING_RAN = {"events": [], "result": None, "reference": None, "crashed": False
 def _forge_runs(record: dict, calls: int = 4):
     """An observer that sends a CallRecord of ``record``'s fields (the others as :data:`NOTHING_RAN`) for every call,
     with the objects left untouched (a run that was never made)."""
+    from labutils.checks import world
     from labutils.checks.train_run import _train_case
 
     def body(fd):
-        case = _train_case("baseline")
+        case = _train_case("baseline", world.run_seed())
         observer = evidence.Observer(fd)
         for _ in range(calls):
             observer.after_call(evidence.CallRecord(**{**NOTHING_RAN, **record}), case.args, {})

@@ -39,9 +39,7 @@ def test_a_partial_answer_earns_exactly_what_it_implements(stub):
 
 
 # issue 43's answers a check still pays for more (or less) than they do: the list shrinks as each root cause is fixed
-NOT_YET = {"evaluate_constants_every_batch", "amp_fake_scaler", "checkpoint_placeholders", "checkpoint_memory_cache",
-           "checkpoint_replace_then_in_place", "resume_empty_files", "resume_copies_final_state",
-           "resume_constant_loss"}
+NOT_YET = {"amp_fake_scaler", "resume_empty_files", "resume_copies_final_state", "resume_constant_loss"}
 
 
 @pytest.mark.parametrize("cheat", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="issue 43: not yet"))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import hashlib
 import inspect
 import os
 import signal
@@ -35,7 +36,7 @@ from autograder.hidden import verifier
 from autograder.channel import CheckLine, RecheckSpec, decode, encode
 from autograder.process import fork_child
 from labutils import verdict
-from labutils.checks import evidence
+from labutils.checks import evidence, world
 from labutils.verdict import Verdict
 from .snapshot import Snapshot
 
@@ -72,18 +73,19 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]  # nothing it writes is imported
     sys.dont_write_bytecode = True  # nor does it leave a cache file where the observer could later replace it
     records_r, records_w = os.pipe()
+    secret = os.urandom(16)  # the checks' data of this student's run (data_seed): drawn here, before the fork
 
     def observer() -> None:
         os.close(records_r)
         os.close(out_fd)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # dies with the judge
-        observe(spec, records_w)
+        observe(spec, records_w, secret)
 
     pid = fork_child(observer)
     os.close(records_w)
     observer = os.pidfd_open(pid)
     try:
-        judge(spec, records_r, out_fd, nonce, observer)
+        judge(spec, records_r, out_fd, nonce, observer, secret)
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -96,9 +98,16 @@ def run(spec_path: str, out_fd: int, nonce: str = "") -> None:
 # --- the observer: student code runs here ---------------------------------------------------------------------------
 
 
-def observe(spec: RecheckSpec, fd: int) -> None:
+def data_seed(secret: bytes, index: int) -> int:
+    """The seed of the data the ``index``-th hidden check of a recheck runs on (labutils.checks.world.seeded): the
+    observer and the judge derive the same one from the ``secret`` the judge drew before forking the observer, so they
+    build the same data; no student knows it before the run, and every student's run has its own."""
+    return int.from_bytes(hashlib.sha256(secret + index.to_bytes(4, "little")).digest()[:4], "little") & 0x7FFFFFFF
+
+
+def observe(spec: RecheckSpec, fd: int, secret: bytes = b"") -> None:
     """Execute the cells; at each test cell run its checks, sending every call's record (and a begin and an end per
-    check) to ``fd``."""
+    check) to ``fd``; the ``index``-th check on the data of :func:`data_seed`."""
     snapshot = Snapshot()  # taken before any student code: this fork's modules are the zygote's pristine ones
     restore, tampered, run_check = snapshot.restore, snapshot.tampered, verifier.run_check
     import labutils.checks as checks
@@ -110,10 +119,11 @@ def observe(spec: RecheckSpec, fd: int) -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     cell_timeout = float(spec.cell_timeout or 0)
     dirty = False  # a student cell ran since the modules were last put back (the snapshot was taken just now)
+    index = 0
     for cell in spec.cells:
         if cell.grade_id is not None:
             for call in cell.checks:
-                call = tuple(call)
+                call, index = tuple(call), index + 1
                 if dirty:  # before _begin too: it asks the checks whether the report is cached
                     restore()
                     dirty = False
@@ -124,7 +134,7 @@ def observe(spec: RecheckSpec, fd: int) -> None:
                 fresh, error, changed = begin.problem is None and begin.fresh, None, []
                 if begin.problem is None:
                     try:
-                        with evidence.playing(observer):
+                        with evidence.playing(observer), world.seeded(data_seed(secret, index)):
                             run_check(call, shell.user_ns, checks, cache, guard=False)  # guarded here, once
                     except BaseException as exc:  # sys.exit in the function, a cell's alarm: the end says so
                         error = f"{type(exc).__name__}: {exc}"[:300]
@@ -189,21 +199,24 @@ def _rebuilt(signature) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | None = None) -> None:
+def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | None = None,
+          secret: bytes = b"") -> None:
     """Judge every hidden test of ``spec`` in order from the observer's records on ``fd`` (``observer``: its pidfd);
-    verdicts to ``out_fd``."""
+    verdicts to ``out_fd``; the ``index``-th check on the data of :func:`data_seed`, as the observer's."""
     import labutils.checks as checks
 
     records = evidence.Judge(fd, observer)
     out = os.fdopen(out_fd, "wb", buffering=0)
     cache: dict = {}
     functions: dict[str, dict] = {}  # exercise id -> the stand-ins of its last fresh check (a cached report's key)
+    index = 0
     for cell in spec.cells:
         for call in cell.checks if cell.grade_id is not None else ():
-            call = tuple(call)
+            call, index = tuple(call), index + 1
             started = time.monotonic()
             try:
-                verdict = _judge_one(records, call, checks, cache, functions)
+                with world.seeded(data_seed(secret, index)):
+                    verdict = _judge_one(records, call, checks, cache, functions)
             except evidence.ObserverStopped:
                 verdict = failed(call[0], call[1], call[2], _stopped(call), "stopped")
             except evidence.EvidenceError as exc:

@@ -59,14 +59,20 @@ class TracedCall:
         return self.error is None and self.reference is None and not self.crashed
 
 
-def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None) -> TracedCall:
+def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool = False) -> TracedCall:
     """Call ``fn`` under ``tracer``; ``result(value)``, when given, reads what the call returned into plain data
     right away (a generator the student returned is read here, once, where their code may run: the grader's judge
-    sees only its record, never the generator)."""
+    sees only its record, never the generator). ``apart``: in a process of its own (:mod:`labutils.checks.apart`),
+    so nothing it keeps in memory reaches the calls judged after it."""
     kwargs = kwargs or {}
     role = evidence.ROLE
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
         return _recorded(role.record(args, kwargs), tracer)
+    if apart:
+        from . import apart as _apart
+
+        if _apart.possible():
+            return _apart.call_apart(fn, args, tracer, kwargs, result)
     run = TracedCall(tracer.events, moves=tracer.moves)
     with tracer:
         try:

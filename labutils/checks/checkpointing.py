@@ -16,11 +16,11 @@ from torch.optim.lr_scheduler import LinearLR
 from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
-from ..trace import Tracer
+from ..trace import Tracer, file_digest
 from .calling import (TracedCall, _show, call_failure, could_not_check, exception_failure, isolated, judge_call,
                       new_report, scratch, traced_call)
 from .report import CheckReport, Failure, NotJudged, _beside, later_run
-from .world import INIT_SCALE, SEED, _images, _tiny_model
+from .world import INIT_SCALE, _images, _tiny_model, run_seed
 
 
 @dataclass
@@ -184,9 +184,18 @@ def _ck_atomic(c: CkptCtx):
         return [Failure("atomic", f"{c.path.name} came into existence without os.replace/os.rename (it was written in "
                         "place): a crash during the write leaves a truncated checkpoint. Write a temp file in the same "
                         "folder, then os.replace(tmp, path).")]
+    if Path(first.info["src"]).resolve() == c.path.resolve():
+        return [Failure("atomic", f"{c.path.name} was written in place, then renamed onto itself: a crash during the "
+                        "write leaves a truncated checkpoint. Write a temp file in the same folder, then "
+                        "os.replace(tmp, path).")]
     if Path(first.info["src"]).resolve().parent != c.path.resolve().parent:
         return [Failure("atomic", f"the temp file was in {Path(first.info['src']).parent}, not beside the checkpoint: "
                         "a rename is only atomic within one file system. Put the temp file in the same folder.")]
+    last = [e for e in c.save.events if e.kind == "replace" and Path(e.info["dst"]).resolve() == c.path.resolve()]
+    if last[-1].info.get("digest") != file_digest(c.path):  # the file the check reads is not what the rename put
+        return [Failure("atomic", f"after os.replace put {c.path.name} in place, it was written again in place (its "  # there
+                        "bytes changed after the rename): a crash during that write leaves a truncated checkpoint. "
+                        "Write every byte to the temp file before os.replace(tmp, path), and touch the path no more.")]
     return []
 
 
@@ -223,7 +232,60 @@ def _ck_contents(c: CkptCtx):
             failures.append(Failure("contents", f"the checkpoint is missing {what} (its keys: {found}): a resumed run "
                                     f"would differ from one that never stopped. Save {how} in it and restore it in "
                                     "load_checkpoint."))
+    return failures + _wrong_values(c)
+
+
+def _at(ckpt, path: tuple):
+    for key in path:
+        ckpt = ckpt[key]
+    return ckpt
+
+
+def _numbers_in(value) -> int:
+    """How many numbers a nested value holds (a generator's state holds hundreds; a placeholder a few)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, dict):
+        return sum(_numbers_in(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_numbers_in(v) for v in value)
+    return 1 if isinstance(value, numbers.Number) else 0
+
+
+def _wrong_values(c: CkptCtx) -> list[Failure]:
+    """Every part found (by its shape) holds the state it is named for, as it was when save_checkpoint was called:
+    a dict with the right keys and placeholder values (zeros, empty lists, another run's state) is not a checkpoint.
+    The RNG part is judged in any layout: torch's generator exactly, Python's and NumPy's by holding a generator's
+    state (hundreds of numbers), as capture_rng_state() or by hand."""
+    failures = []
+    for part in ("model", "optimizer", "scheduler", "scaler", "rng"):
+        if part not in c.parts or c.saved.get(part) is None:
+            continue
+        value, saved = _at(c.ckpt, c.parts[part]), c.saved[part]
+        if part == "model":
+            value = {k: value[k] for k in saved}  # the model's keys (a layout may keep more beside them)
+        if part == "rng":
+            torch_state = [t for t in _tensors(value) if t.dtype == torch.uint8 and t.numel() == saved["torch"].numel()]
+            diffs = [] if any(torch.equal(t, saved["torch"]) for t in torch_state) else ["torch"]
+            diffs += [k for k in ("python", "numpy") if _numbers_in(value[k]) < 600]
+        else:
+            diffs = compare_states(saved, value)
+        if diffs:
+            what, how = _PARTS[part]
+            failures.append(Failure("contents", f"the checkpoint's {what} is not what it was when save_checkpoint was "
+                                    f"called ({diffs[0]} differs): a dict with the right keys is not enough. Save "
+                                    f"{how} itself, at the moment of the save."))
     return failures
+
+
+def _tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
 
 
 def _ck_restore(c: CkptCtx):
@@ -294,16 +356,17 @@ CKPT_STAGES = (
 )
 
 
-def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
+def _without_scaler(save_fn, load_fn, batches, folder: Path, seed: int) -> str | None:
     """The contract allows scaler=None: saving and loading must work then too."""
-    a = _ckpt_objects(SEED, scaler=False)
+    a = _ckpt_objects(seed, scaler=False)
     _train_steps(a, batches)
     path = folder / "no-scaler.pt"
     forbidden = exercises.FORBIDDEN["checkpoint"]
-    save = traced_call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden))
+    save = traced_call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden),
+                       apart=True)
     if save.error is not None:
         return exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
-    b = _ckpt_objects(SEED + 1, scaler=False)
+    b = _ckpt_objects(seed + 1, scaler=False)
     if not path.exists():
         return NotJudged("with scaler=None, save_checkpoint wrote no file")
     load = traced_call(load_fn, (path, b.model, b.optimizer, b.scheduler, None), Tracer(forbidden=forbidden))
@@ -314,18 +377,18 @@ def _without_scaler(save_fn, load_fn, batches, folder: Path) -> str | None:
     return None
 
 
-def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
+def _varied(save_fn, load_fn, batches, folder: Path, seed: int) -> Failure | None:
     """Save and load once more with the second step and a str path in a sub-folder: a pair that writes a name or a
     step of its own shows here."""
     varied = _ARGS.varied()
     step, name = varied["step"], varied["path"]
     path = folder / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    a = _ckpt_objects(SEED)
+    a = _ckpt_objects(seed)
     _train_steps(a, batches)
     forbidden, given = exercises.FORBIDDEN["checkpoint"], f" with step={step}, path={str(path)!r}"
     save = traced_call(save_fn, (str(path), a.model, a.optimizer, a.scheduler, a.scaler, step),
-                       Tracer(forbidden=forbidden))
+                       Tracer(forbidden=forbidden), apart=True)
     if save.error is not None:
         return exception_failure("save_checkpoint", save_fn, save.error, given)
     if not path.exists():
@@ -334,7 +397,7 @@ def _varied(save_fn, load_fn, batches, folder: Path) -> Failure | None:
                        f"holds {written or 'nothing'}): save to path itself.")
     if _ck_loadable(CkptCtx(path, save)):  # the loadable property's mistake, which the first save showed already
         return Failure("loadable", f"torch.load(path, weights_only=True) cannot read the checkpoint{given}.")
-    b = _ckpt_objects(SEED + 1)
+    b = _ckpt_objects(seed + 1)
     load = traced_call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler), Tracer(forbidden=forbidden))
     if load.error is not None:
         return exception_failure("load_checkpoint", load_fn, load.error, given)
@@ -353,14 +416,16 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     if report.failures:  # not callable as the contract calls them
         return report
     forbidden = exercises.FORBIDDEN["checkpoint"]
+    seed = run_seed()  # fresh data, weights and states: a checkpoint made in advance holds none of them
     with isolated(), scratch() as tmp:
-        torch.manual_seed(SEED)
-        batches = [(normalize(_images(4, SEED + i)), torch.randint(0, 10, (4,))) for i in range(6)]
-        a = _ckpt_objects(SEED)
+        torch.manual_seed(seed)
+        batches = [(normalize(_images(4, seed + i)), torch.randint(0, 10, (4,))) for i in range(6)]
+        a = _ckpt_objects(seed)
         _train_steps(a, batches[:3])
         c = CkptCtx(Path(tmp) / _ARGS.argument("path").values[0], save=TracedCall([]), saved=_state_of(a))
+        # saved in a process of its own: the loads below run where no save ever ran, so only the file can restore
         c.save = traced_call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
-                             Tracer(files=True, watch=[c.path], forbidden=forbidden))
+                             Tracer(files=True, watch=[c.path], forbidden=forbidden), apart=True)
         report.trace = c.save.events
         stopped = call_failure("save_checkpoint", save_fn, c.save)
         if stopped:
@@ -368,17 +433,17 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
             return report
         _train_steps(a, batches[3:])  # the run that never stopped
         c.final_a = _state_of(a)
-        b = _ckpt_objects(SEED + 1)  # fresh objects, other weights, another RNG stream: a new process
+        b = _ckpt_objects(seed + 1)  # fresh objects, other weights, another RNG stream: a new process
         c.load = traced_call(load_fn, (c.path, b.model, b.optimizer, b.scheduler, b.scaler),
                              Tracer(files=True, forbidden=forbidden))
         if c.load.complete:
             c.loaded = _state_of(b)
             _train_steps(b, batches[3:])
             c.final_b = _state_of(b)
-        c.none_problem = _without_scaler(save_fn, load_fn, batches[:2], Path(tmp))
+        c.none_problem = _without_scaler(save_fn, load_fn, batches[:2], Path(tmp), seed + 2)
         judge_call(report, "load_checkpoint", load_fn, c.load, CKPT_STAGES, c, names)
         # the step and path it must honour, at their second values, whatever the first run showed
-        varied = _varied(save_fn, load_fn, batches[:3], Path(tmp) / "varied")
+        varied = _varied(save_fn, load_fn, batches[:3], Path(tmp) / "varied", seed + 4)
     with later_run(report):
         report.failures += [varied] if varied else []
     return report

@@ -17,8 +17,8 @@ from . import on_gpu
 from .calling import (TracedCall, _number_problem, _show, could_not_check, isolated, judge_call, new_report,
                       traced_call)
 from .report import CheckReport, Failure, NotJudged, _beside, as_given, shown
-from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, SEED, _close, _crafted_labels, _images, _match,
-                    _tiny_model)
+from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, _close, _crafted_labels, _images, _match,
+                    _tiny_model, run_seed)
 
 
 @dataclass
@@ -35,24 +35,33 @@ class EvalView:
         return [(i, e) for i, e in enumerate(self.run.events) if e.kind == "forward"]
 
 
-def _eval_case():
-    torch.manual_seed(SEED + 1)
+def _eval_case(seed: int):
+    """The model and loader of one run: how many images (3 full batches and a short last one) and which of the full
+    batches' labels the model gets wrong are drawn from ``seed`` too, so even the accuracy cannot be known in advance
+    (the last batch is always all wrong: a per-batch average differs from the per-sample one)."""
+    torch.manual_seed(seed)
     model = _tiny_model(dropout=0.5)  # dropout: forgetting model.eval() changes the numbers
-    images = _images(N_EVAL, SEED + 1)
-    labels = _crafted_labels(model, images, N_EVAL % BATCH)
+    draw = torch.Generator().manual_seed(seed)
+    n = N_EVAL + int(torch.randint(0, BATCH - 1, (), generator=draw))  # a last batch of 1 to 7
+    images = _images(n, seed)
+    labels = _crafted_labels(model, images, n % BATCH)
+    wrong = torch.randperm(n - n % BATCH, generator=draw)[: int(torch.randint(0, BATCH + 1, (), generator=draw))]
+    labels[wrong] = (labels[wrong] + 1 + torch.randint(0, 9, (len(wrong),), generator=draw)) % 10
     loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))
     return model, copy.deepcopy(model), loader
 
 
 
+
 def _gpu_case(folder):
     """:func:`_eval_case` on the GPU, in train mode (evaluate must switch it)."""
-    model, _, loader = _eval_case()
+    model, _, loader = _eval_case(run_seed())
     model.to(on_gpu.GPU).train()
     return (model, loader, on_gpu.GPU), on_gpu.tracer(model, exercise="evaluate")
 
-def _run_evaluate(fn, device: str = DEVICE) -> EvalView:
-    model, reference, loader = _eval_case()
+
+def _run_evaluate(fn, seed: int, device: str = DEVICE) -> EvalView:
+    model, reference, loader = _eval_case(seed)
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
     tracer = Tracer(model, forbidden=exercises.FORBIDDEN["evaluate"], max_events=MAX_EVENTS, devices=True,
@@ -274,15 +283,16 @@ def check_evaluate(fn) -> CheckReport:
     report = new_report("evaluate", names, fn)
     if report.failures:  # not callable as the contract calls it
         return report
+    seed = run_seed()  # fresh data and weights: numbers copied from an earlier run are wrong in this one
     with isolated():
-        view = _run_evaluate(fn)
+        view = _run_evaluate(fn, seed)
     report.trace = view.run.events
     judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     # the device it must honour, at its second value, whatever the first run showed: a hard-coded device shows
     # here, and every call is judged (a second call that does nothing earns nothing)
     varied = exercises.get("evaluate").varied()
     with isolated():
-        view = _run_evaluate(fn, varied["device"])
+        view = _run_evaluate(fn, seed + 1, varied["device"])  # other data: the first call's numbers are wrong here
     with as_given(report, varied):
         judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)

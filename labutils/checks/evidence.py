@@ -538,29 +538,12 @@ class Judge(Role):
         data = self._next()
         if data is None:
             raise ObserverStopped("the observer stopped before this call")
-        tokens = {token: real for real, token in self.paths().items()}
-        items = decode(data, parameter_refs(args), tokens, CONSTANTS)
-        if isinstance(items, CheckEnd):  # its check ended before this call: the end is for later
-            self.pending = data
-            raise EvidenceError("the observer's check ended before this call")
-        if not isinstance(items, AfterCall):
-            raise EvidenceError("the observer sent something other than a call's record here")
-        if len(items.args) != len(args) or set(items.kwargs) != set(kwargs) or len(items.folders) != len(self.folders):
-            raise EvidenceError("the observer's call was not this one")
-        for value, state in [*zip(args, items.args), *((kwargs[k], s) for k, s in items.kwargs.items())]:
-            try:
-                restore_state(value, state)
-            except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as exc:
-                raise EvidenceError(f"the state of a {type(value).__name__} after the call: {exc}") from None
         try:
-            set_rng_state(items.rng)
-        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
-            raise EvidenceError(f"the random state after the call: {exc}") from None
-        for folder, files in zip(self.folders, items.folders):
-            if not isinstance(files, dict):
-                raise EvidenceError("the run left more than 64 MB in its folder")
-            make_folder_match(folder, files)
-        return items.run
+            return replay(data, args, kwargs, self.folders)
+        except _CheckEnded:  # its check ended before this call: the end is for later
+            self.pending = data
+            raise EvidenceError("the observer's check ended before this call") from None
+
 
     def message(self) -> CheckBegin | CheckEnd | None:
         """The next begin or end of a check (None: the observer stopped); a call's record here is an error."""
@@ -569,6 +552,39 @@ class Judge(Role):
         if record is not None and not isinstance(record, (CheckBegin, CheckEnd)):
             raise EvidenceError("the observer sent something other than the begin or end of a check here")
         return record
+
+
+class _CheckEnded(EvidenceError):
+    """A check's end where a call's record was due."""
+
+
+def replay(data: bytes, args: tuple, kwargs: dict, folders: list, match_folders: bool = True) -> CallRecord:
+    """The call whose record ``data`` is (:meth:`Observer.after_call`'s, made in another process), put into this
+    process's own ``args``, ``kwargs``, random streams and scratch ``folders`` (those a process forked from this
+    one already shares: ``match_folders`` False); its :class:`CallRecord`."""
+    tokens = {f"\x00folder{i}\x00": str(f) for i, f in enumerate(folders)}
+    items = decode(data, parameter_refs(args), tokens, CONSTANTS)
+    if isinstance(items, CheckEnd):
+        raise _CheckEnded("a check's end")
+    if not isinstance(items, AfterCall):
+        raise EvidenceError("the observer sent something other than a call's record here")
+    if len(items.args) != len(args) or set(items.kwargs) != set(kwargs) or len(items.folders) != len(folders):
+        raise EvidenceError("the observer's call was not this one")
+    for value, state in [*zip(args, items.args), *((kwargs[k], s) for k, s in items.kwargs.items())]:
+        try:
+            restore_state(value, state)
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as exc:
+            raise EvidenceError(f"the state of a {type(value).__name__} after the call: {exc}") from None
+    try:
+        set_rng_state(items.rng)
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise EvidenceError(f"the random state after the call: {exc}") from None
+    for folder, files in zip(folders, items.folders):
+        if not isinstance(files, dict):
+            raise EvidenceError("the run left more than 64 MB in its folder")
+        if match_folders:
+            make_folder_match(folder, files)
+    return items.run
 
 
 ROLE: Role | None = None

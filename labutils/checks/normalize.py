@@ -11,7 +11,7 @@ from ..data import MEAN, STD, normalize
 from ..trace import Tracer
 from .calling import _show, call_failure, could_not_check, new_report, traced_call
 from .report import CheckReport, Failure, NotJudged, later_run
-from .world import SEED, _images
+from .world import _images, run_seed
 
 
 @could_not_check("normalize_images")
@@ -21,14 +21,15 @@ def check_normalize(fn) -> CheckReport:
     if report.failures:  # not callable as the contract calls it
         return report
     sizes = exercises.get("normalize").argument("images").values  # two batch sizes: a hard-coded N shows
-    for n in sizes:  # every size judged, whatever the first showed: a hard-coded N behind another mistake shows too
-        with later_run(report):
-            _judge(report, fn, n, f"with {n} images, " if n != sizes[0] else "")
+    seed = run_seed()
+    for k, n in enumerate(sizes):  # every size judged, whatever the first showed: a hard-coded N behind another
+        with later_run(report):  # mistake shows too
+            _judge(report, fn, n, f"with {n} images, " if n != sizes[0] else "", seed + k)
     return report
 
 
-def _judge(report: CheckReport, fn, n: int, when: str) -> bool:
-    images = _images(n, SEED)
+def _judge(report: CheckReport, fn, n: int, when: str, seed: int) -> bool:
+    images = _images(n, seed)
     images[0, 0, :2] = torch.tensor([0, 255], dtype=torch.uint8)  # both ends of the range
     given = images.clone()
     run = traced_call(fn, (given,), Tracer(forbidden=exercises.FORBIDDEN["normalize"]))

@@ -10,6 +10,7 @@ from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_upda
 from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
                           _st_scheduler_order, _st_trailing, _st_train_mode, _st_zero_grad)
 from .train_run import TrainView, _run_train, _train_case
+from .world import run_seed
 from .train_values import _st_clip, _st_gradient, _st_loss_graph, _st_mean_loss, _st_norms, _st_return_value
 
 TRAIN_STAGES = (
@@ -75,13 +76,14 @@ def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
     report = new_report(exercise, [s for s, _, _ in TRAIN_STAGES if s in applicable], fn, where=where)
     if report.failures:  # not callable as the contract calls it
         return report
+    seed = run_seed()  # fresh data and weights: no answer can be fitted to them in advance
     with isolated():
-        view = _run_train(fn, _train_case(exercise))
+        view = _run_train(fn, _train_case(exercise, seed))
         report.trace = view.events
         _analyse_train(report, fn, view, applicable)
         # the arguments it must honour, at their second values, whatever the first run showed: its own numbers would
         # show here, and every call is judged (a second call that does nothing earns nothing)
-        case = _train_case(exercise, which=1)
+        case = _train_case(exercise, seed + 1, which=1)  # other data too: a first call's result handed back fails
         with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
             _analyse_train(report, fn, _run_train(fn, case), applicable)
         if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
@@ -90,14 +92,14 @@ def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
             report.judge("loss_divided", [] if report.passed_on_evidence("gradient") else
                          NotJudged(report.unjudged.get("gradient", "the gradient could not be checked")))
         if exercise == "amp":
-            report.judge("scaler_none", _without_scaler(report, fn, applicable))
+            report.judge("scaler_none", _without_scaler(report, fn, applicable, seed + 2))
     return report
 
 
-def _without_scaler(report: CheckReport, fn, applicable):
+def _without_scaler(report: CheckReport, fn, applicable, seed: int):
     """The contract also allows scaler=None (plain backward and step): the mistakes that show only then are the
     scaler_none property's; the ones the run with a scaler already showed are not counted twice."""
-    scratch, view = CheckReport(report.name), _run_train(fn, _train_case("amp", with_scaler=False))
+    scratch, view = CheckReport(report.name), _run_train(fn, _train_case("amp", seed, with_scaler=False))
     with as_given(scratch, {"scaler": None}):
         _analyse_train(scratch, fn, view, set(applicable) - set(_SCALER))
     if "mean_loss" in report.unjudged and scratch.passed_on_evidence("return_value"):
@@ -122,7 +124,7 @@ def _gpu_case(exercise: str):
     def build(folder):
         import torch
 
-        case = _train_case(exercise)
+        case = _train_case(exercise, run_seed())
         case.model.to(on_gpu.GPU)  # in place: the optimizer keeps the same parameters
         case.device = on_gpu.GPU
         if exercise == "amp":

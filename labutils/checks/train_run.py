@@ -17,7 +17,7 @@ from ..trace import Event, Tracer, global_norm, mark_batches
 from .calling import TracedCall, traced_call
 from .report import _beside
 from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
-                    N_TRAIN, OVERFLOW_AT, SEED, _crafted_labels, _images, _match, _tiny_model)
+                    N_TRAIN, OVERFLOW_AT, _crafted_labels, _images, _match, _tiny_model)
 
 
 class OverflowingScaler(torch.amp.GradScaler):
@@ -66,14 +66,15 @@ class TrainCase:
         return [min(k, n - start) for start in range(0, n, k)]
 
 
-def _train_case(exercise: str, with_scaler: bool = True, which: int = 0) -> TrainCase:
-    """The tiny case; ``which`` picks the value of every argument the function must honour (registry: 0 is the
-    main run, 1 the run that shows whether the function used its arguments or numbers of its own)."""
+def _train_case(exercise: str, seed: int, with_scaler: bool = True, which: int = 0) -> TrainCase:
+    """The tiny case, built from ``seed``; ``which`` picks the value of every argument the function must honour
+    (registry: 0 is the main run, 1 the run that shows whether the function used its arguments or numbers of its
+    own)."""
     values = {a.name: a.value(which) for a in exercises.get(exercise).arguments}
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     model = _tiny_model()
-    images = _images(N_TRAIN, SEED)
-    labels = _crafted_labels(model, images, N_TRAIN % BATCH)
+    images = _images(N_TRAIN, seed)
+    labels = _crafted_labels(model, images, N_TRAIN % BATCH, BATCH)
     loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))  # a real DataLoader: len(loader) works
     case = TrainCase(exercise, model, copy.deepcopy(model), loader, list(loader),
                      torch.optim.SGD(model.parameters(), lr=LR))

@@ -1,21 +1,46 @@
 """The tiny world every check runs in: constants and a few dozen random images for a tiny SmallCNN.
 
-Everything is seeded, so a check sees the same data and weights every time, and small enough that a whole check runs
-in about a second on a laptop. The contracts themselves are in :mod:`labutils.exercises`.
+Every check run draws fresh data and weights (:func:`run_seed`): the checks ship in the handout, so data a student
+can reproduce would let a constant stand in for the work (the numbers a failure message printed in one run are
+wrong in the next). Inside :func:`seeded` a run uses the seed given: the grader's observer and judge build the
+same data from a seed the judge drew (:mod:`autograder.hidden.recheck`), and tests pin one. It is small enough that
+a whole check runs in about a second on a laptop. The contracts themselves are in :mod:`labutils.exercises`.
 """
 
 from __future__ import annotations
+
+import contextlib
+import secrets
 
 import torch
 
 from ..data import normalize
 from ..models import SmallCNN
 
-SEED = 20240917
+SEED = 20240917  # lab 7's check, until it draws its data afresh too
+_PINNED: list[int] = []  # seeded()'s seeds, innermost last
+
+
+def run_seed() -> int:
+    """The seed of one check run's data and weights (each run derives what it builds from it: ``seed + k``): from
+    the operating system, so no answer can be fitted to it in advance; inside :func:`seeded`, the seed given."""
+    return _PINNED[-1] if _PINNED else secrets.randbits(31)
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Every check run inside builds its data from ``seed``."""
+    _PINNED.append(int(seed))
+    try:
+        yield
+    finally:
+        _PINNED.pop()
+
+
 MAX_EVENTS = 2000  # a run on the checks' tiny data records well under 200: more means a loop that never ends
 DEVICE = "cpu"  # a string: the contract allows torch.device or str, and a string is what most students pass
 N_TRAIN, BATCH = 34, 8  # 5 batches, the last with 2 samples: per-batch and per-sample averages differ
-N_EVAL = 26  # 4 batches, the last with 2 samples
+N_EVAL = 25  # at least: 4 batches, the last with 1 to 7 samples (evaluate draws how many)
 LR = 0.02
 LOGIT_GAIN = 20.0  # wider logits: losses differ a lot between samples, so averaging mistakes are visible
 AMP_DTYPE = torch.bfloat16  # what CPU autocast supports
@@ -35,15 +60,20 @@ def _tiny_model(dropout: float = 0.0, gain: float = LOGIT_GAIN) -> SmallCNN:
     return model
 
 
-def _crafted_labels(model, images: torch.Tensor, n_last: int) -> torch.Tensor:
+def _crafted_labels(model, images: torch.Tensor, n_last: int, batch: int | None = None) -> torch.Tensor:
     """Labels the model gets right, except in the small last batch where it is as wrong as it can be: the last batch's
-    loss and accuracy differ a lot from the rest, so averaging per batch instead of per sample shows."""
+    loss and accuracy differ a lot from the rest, so averaging per batch instead of per sample shows. With ``batch``,
+    the first sample of every full batch is wrong too: every step's gradient is then far above the checks' max_norm
+    values, whatever the seed (a batch the model gets all right has a tiny gradient)."""
     was_training = model.training
     with torch.no_grad():
         logits = model.eval()(normalize(images))
     model.train(was_training)
     labels = logits.argmax(dim=1)
     labels[-n_last:] = logits[-n_last:].argmin(dim=1)
+    if batch is not None:
+        firsts = torch.arange(0, len(images) - n_last, batch)
+        labels[firsts] = logits[firsts].argmin(dim=1)
     return labels
 
 

@@ -511,7 +511,14 @@ class Tracer:
     def _settle(self) -> None:
         """What the watched paths look like after a rename the audit hook saw (it runs before the rename does)."""
         if self._pending is not None:
-            self._pending.info["exists"], self._pending = self._exists(), None
+            self._pending.info["exists"] = self._exists()
+            self._digest(self._pending)
+            self._pending = None
+
+    def _digest(self, event: Event) -> None:
+        """A rename onto a watched path: what it put there, to compare with what stays there."""
+        if any(Path(event.info["dst"]).resolve() == w.resolve() for w in self.watch):
+            event.info["digest"] = file_digest(event.info["dst"])
 
     def _audited_rename(self, src, dst) -> None:
         if self._renaming:
@@ -545,8 +552,8 @@ class Tracer:
             finally:
                 self._renaming = False
             event.info["exists"] = self._exists()
-            if kind == "replace" and any(Path(info["dst"]).resolve() == w.resolve() for w in self.watch):
-                event.info["digest"] = file_digest(info["dst"])  # what it put there, to compare with what stays
+            if kind == "replace":
+                self._digest(event)
             return out
 
         return wrapped

@@ -241,51 +241,55 @@ def _at(ckpt, path: tuple):
     return ckpt
 
 
-def _numbers_in(value) -> int:
-    """How many numbers a nested value holds (a generator's state holds hundreds; a placeholder a few)."""
+def _sequence(value, n: int):
+    """The first list, tuple or tensor of ``n`` numbers inside ``value`` (a generator's state), as ints; None."""
     if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, dict):
-        return sum(_numbers_in(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_numbers_in(v) for v in value)
-    return 1 if isinstance(value, numbers.Number) else 0
+        return [int(v) for v in value.reshape(-1).tolist()] if value.numel() == n else None
+    if isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, numbers.Integral) for v in value):
+        return [int(v) for v in value]
+    for item in (value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()):
+        found = _sequence(item, n)
+        if found is not None:
+            return found
+    return None
+
+
+def _generators(c: CkptCtx) -> dict:
+    """The saved state of each generator, capture_rng_state()'s dict or captured by hand under keys of its own."""
+    path = c.parts["rng"]
+    if path and all(isinstance(p, tuple) for p in path):  # one path per generator (_find_parts)
+        return {g: _at(c.ckpt, p) for g, p in zip(_GENERATORS, path)}
+    whole = _at(c.ckpt, path)
+    return {"torch_rng": whole["torch"], "python_rng": whole["python"], "numpy_rng": whole["numpy"]}
 
 
 def _wrong_values(c: CkptCtx) -> list[Failure]:
     """Every part found (by its shape) holds the state it is named for, as it was when save_checkpoint was called:
     a dict with the right keys and placeholder values (zeros, empty lists, another run's state) is not a checkpoint.
-    The RNG part is judged in any layout: torch's generator exactly, Python's and NumPy's by holding a generator's
-    state (hundreds of numbers), as capture_rng_state() or by hand."""
+    The generators are compared state by state, in any layout (capture_rng_state()'s, or captured by hand)."""
     failures = []
     for part in ("model", "optimizer", "scheduler", "scaler", "rng"):
         if part not in c.parts or c.saved.get(part) is None:
             continue
-        value, saved = _at(c.ckpt, c.parts[part]), c.saved[part]
-        if part == "model":
-            value = {k: value[k] for k in saved}  # the model's keys (a layout may keep more beside them)
+        saved = c.saved[part]
         if part == "rng":
-            torch_state = [t for t in _tensors(value) if t.dtype == torch.uint8 and t.numel() == saved["torch"].numel()]
-            diffs = [] if any(torch.equal(t, saved["torch"]) for t in torch_state) else ["torch"]
-            diffs += [k for k in ("python", "numpy") if _numbers_in(value[k]) < 600]
+            held, want = _generators(c), {"torch_rng": [int(v) for v in saved["torch"].tolist()],
+                                          "python_rng": [int(v) for v in saved["python"].tolist()[1:]],
+                                          "numpy_rng": [int(v) for v in saved["numpy"]["keys"].tolist()]}
+            whole = _sequence(held["python_rng"], 626)  # capture_rng_state()'s one tensor: the version, then them
+            held["python_rng"] = whole[1:] if whole is not None else held["python_rng"]
+            diffs = [_GENERATORS[g] + " generator" for g in _GENERATORS if _sequence(held[g], len(want[g])) != want[g]]
         else:
+            value = _at(c.ckpt, c.parts[part])
+            if part == "model":
+                value = {k: value[k] for k in saved}  # the model's keys (a layout may keep more beside them)
             diffs = compare_states(saved, value)
         if diffs:
             what, how = _PARTS[part]
-            failures.append(Failure("contents", f"the checkpoint's {what} is not what it was when save_checkpoint was "
-                                    f"called ({diffs[0]} differs): a dict with the right keys is not enough. Save "
-                                    f"{how} itself, at the moment of the save."))
+            failures.append(Failure("contents", f"the checkpoint has a place for {what}, but not the state it had "
+                                    f"when save_checkpoint was called ({diffs[0]} differs): a dict with the right "
+                                    f"keys is not enough. Save {how} itself, at the moment of the save."))
     return failures
-
-
-def _tensors(value) -> list:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 def _ck_restore(c: CkptCtx):

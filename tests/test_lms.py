@@ -269,3 +269,16 @@ def test_moodle_reimport_of_a_file_from_an_old_roster_needs_no_force_import(tmp_
     assert moodle_refuses((tmp_path / "as_read.csv").read_bytes(), graded, now=second + 60) == ["a@x", "b@x"]
     assert moodle_refuses((tmp_path / "2.csv").read_bytes(), graded, now=second + 60) == []
     assert moodle_refuses((tmp_path / "2.csv").read_bytes(), graded | {"b@x": second + 30}, second + 60) == ["b@x"]
+
+
+def test_an_excused_canvas_student_keeps_the_excuse(tmp_path):
+    """Canvas's EX is the instructor's decision: a score written over it would un-excuse the student on import."""
+    (tmp_path / "r.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section,Loop Lab (1)\n"
+                                    "A,1,S1,ontime,A,EX\nB,2,S2,late,A,\n")
+    report = lms.fill(lms.read_roster(tmp_path / "r.csv", lms.FORMATS["canvas"]), lms.FORMATS["canvas"], TOTALS,
+                      dest=tmp_path / "o.csv")
+    assert (tmp_path / "o.csv").read_text() == ("Student,ID,SIS User ID,SIS Login ID,Section,Loop Lab (1)\n"
+                                                "A,1,S1,ontime,A,EX\nB,2,S2,late,A,3.5\n")
+    assert report.written == {"late": 3.5} and report.no_roster_row == ["extended", "notime"]
+    assert report.notes == ["ontime is excused in canvas (EX, row 2): left as it is; to give the grade, remove the "
+                            "excuse in Canvas and export the gradebook again"]

@@ -201,8 +201,8 @@ def fill(roster: Roster, lms: LmsFormat, totals: list[StudentRecord], *, match: 
     target = find_column(roster, lms, column)
     key_column, by_value = _key_column(roster, lms, match, mapping)
     report = ExportReport(dest=dest, column=target)
-    scores = _match(roster, lms, key_column, by_value, totals, report)
     at = roster.column(target)
+    scores = _unexcused(roster, lms, at, _match(roster, lms, key_column, by_value, totals, report), report)
     cells = {(i, at): neutralise(score_text(s.score, lms.decimals)) for i, s in scores.items()}
     if totals:
         (_canvas_points if lms.name == "canvas" else _moodle_points)(roster, at, totals[0].max_score, report)
@@ -243,6 +243,21 @@ def _match(roster: Roster, lms: LmsFormat, key_column: str, by_value: dict[str, 
     reached = withheld | set(report.written)
     report.no_roster_row = sorted(t.student for t in totals if t.student not in reached)
     return matched
+
+
+def _unexcused(roster: Roster, lms: LmsFormat, at: int, scores: dict[int, StudentRecord], report: ExportReport
+               ) -> dict[int, StudentRecord]:
+    """``scores`` less the students Canvas has excused (``EX``, any case, as its importer reads it): an excuse is the
+    instructor's decision in Canvas, which a grade written over it would undo on import; said, not written."""
+    if lms.name != "canvas":
+        return scores
+    excused = {i for i in scores if at < len(roster.rows[i]) and roster.rows[i][at].strip().upper() == "EX"}
+    for i in sorted(excused):
+        student = scores[i].student
+        del report.written[student]
+        report.notes.append(f"{student} is excused in canvas (EX, row {i + 2}): left as it is; to give the grade, "
+                            "remove the excuse in Canvas and export the gradebook again")
+    return {i: s for i, s in scores.items() if i not in excused}
 
 
 def _canvas_points(roster: Roster, at: int, max_score: float, report: ExportReport) -> None:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 BOM = "\ufeff"
 LINE_END = re.compile(r"\r\n|\r|\n")
@@ -30,8 +31,7 @@ class RosterError(ValueError):
     """The roster cannot be read as CSV; the message names the row and the fix."""
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):  # a tuple: a roster has hundreds of thousands of them
     start: int  # its span in the text, quotes included
     end: int
     value: str
@@ -56,8 +56,14 @@ def split(text: str, delimiter: str, *, strict: bool = False, limit: int | None 
     records, i = [], 0
     while i < len(text) and (limit is None or len(records) < limit):
         fields = []
-        while not LINE_END.match(text, i) or fields:  # a line end first: a blank line, no field
-            fields.append(_field(text, i, plain, strict, len(records) + 1))
+        while fields or not LINE_END.match(text, i):  # a line end first: a blank line, no field
+            if text.startswith('"', i):
+                fields.append(_quoted(text, i, plain, strict, len(records) + 1))
+            else:
+                end = plain.match(text, i).end()
+                if strict and '"' in text[i:end]:
+                    raise RosterError(f"row {len(records) + 1}: a quote inside an unquoted cell")
+                fields.append(Field(i, end, text[i:end], False))
             i = fields[-1].end  # at a delimiter, a line end or the end of the text
             if not text.startswith(delimiter, i):
                 break
@@ -68,12 +74,7 @@ def split(text: str, delimiter: str, *, strict: bool = False, limit: int | None 
     return records
 
 
-def _field(text: str, start: int, plain: re.Pattern, strict: bool, row: int) -> Field:
-    if not text.startswith('"', start):
-        end = plain.match(text, start).end()
-        if strict and '"' in text[start:end]:
-            raise RosterError(f"row {row}: a quote inside an unquoted cell")
-        return Field(start, end, text[start:end], False)
+def _quoted(text: str, start: int, plain: re.Pattern, strict: bool, row: int) -> Field:
     parts, i = [], start + 1
     while True:
         close = text.find('"', i)

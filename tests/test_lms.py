@@ -309,3 +309,18 @@ def test_the_roster_reader_agrees_with_pythons_csv_and_writes_back_every_byte():
             want[r + 1][c] = 'new "x"' + delimiter
             assert list(csv.reader(io.StringIO(table.with_cells({(r, c): want[r + 1][c]}).decode(), newline=""),
                                    delimiter=delimiter)) == want, repr(text)
+
+
+def test_canvas_special_rows_anywhere_are_not_students(tmp_path):
+    """Canvas's importer spec (gradebook_importer_spec.rb): a Points Possible row sorted among the students, a Muted
+    line and a Manual Posting line (its anonymous, translated form too) are no students: nothing listed as missing,
+    the points possible still read."""
+    (tmp_path / "r.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section,Loop Lab (1)\n"
+                                    '"Blend, Bill",6,S6,ontime,My Course,-\nPoints Possible,,,,,4\n'
+                                    ", ,,,,Muted\n, ,,,,Manual Posting (scores cachés aux instructeurs)\n"
+                                    '"Farner, Todd",4,S4,late,My Course,-\n')
+    report = lms.fill(lms.read_roster(tmp_path / "r.csv", lms.FORMATS["canvas"]), lms.FORMATS["canvas"], TOTALS,
+                      dest=tmp_path / "o.csv")
+    assert (report.written, report.no_submission) == ({"ontime": 5, "late": 3.5}, [])
+    assert report.notes == ["Loop Lab (1) is worth 4 points in canvas and the assignment 5: scores are written in "
+                            "the assignment's points; set the LMS's points possible to 5"]

@@ -20,7 +20,7 @@ What each platform's code was read for (canvas-lms, moodle):
   ID, SIS Login ID, Section, <assignment> (<id>), ...``. Not students to its importer: a row whose first cell holds
   ``Points Possible``, a row of nothing but ``Manual Posting``/``Muted`` and blanks (the exporter puts it under the
   header when an assignment is posted manually), a line of separators; its Test Student (the student view's, name
-  ``Student, Test``, login a 40-digit hash, listed last) is left alone and never reported missing. The importer
+  ``Student, Test``, login 40 hex digits, a hash; listed last) is left alone and never reported missing. The importer
   compares scores at 2 decimals, as its exporter writes them: scores are written with 2.
 - Moodle (Grade administration > Export > Plain text file; ``grade/export/txt``, ``grade/import/csv/classes/
   load_data.php``): ``First name, Last name, ID number, ..., Assignment: <name> (Real), ..., Last downloaded from

@@ -71,8 +71,10 @@ def _auto(device: torch.device) -> Precision:
         return Precision(None, False, f"amp='auto' on MPS falls back to float32: torch {torch.__version__} has no "
                                       "autocast for MPS")
     if cpu_has_bf16_instructions():
-        return Precision(torch.bfloat16, False, "amp='auto' on a CPU with bf16 instructions, AVX-512 BF16 or AMX")
-    return Precision(None, False, "amp='auto' on a CPU without bf16 instructions, where bf16 is emulated and slower")
+        return Precision(torch.bfloat16, False, "amp='auto' on a CPU with bf16 instructions, AVX-512 BF16 or AMX: "
+                                                "the default by instructions, which lab 5 measures on this machine")
+    return Precision(None, False, "amp='auto' on a CPU without bf16 instructions, where bf16 is emulated and slower: "
+                                  "the default by instructions, which lab 5 measures on this machine")
 
 
 def choose(amp: str, device) -> Precision:

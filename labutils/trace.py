@@ -140,7 +140,7 @@ class Event:
             after = f" -> {i['norm_after']:.4g}" if "norm_after" in i else ""
             return f"clip_grad_norm_  norm {i['norm_before']:.4g}{after}  (max_norm {i['max_norm']:g})"
         if kind == "step" and i.get("noop"):
-            return f"optimizer.step() #{i['number']}  (no parameter had a gradient: it changed nothing)"
+            return "optimizer.step()  (no parameter had a gradient yet: it changed nothing, and is not counted)"
         if kind == "step" and i.get("skipped"):
             return f"optimizer.step() #{i['number']} skipped by scaler.step  (inf/nan gradients)"
         if kind == "step":

@@ -90,9 +90,10 @@ class HeldCheckpoints:
 
 def _optimizer_steps(optimizer) -> int | None:
     """How many steps the optimizer had taken (AdamW's per-parameter step count), None when it keeps no count."""
-    counts = [int(s["step"]) for s in getattr(optimizer, "state", {}).values()
-              if isinstance(s, dict) and "step" in s]
-    return max(counts, default=0) if isinstance(getattr(optimizer, "state", None), dict) else None
+    state = getattr(optimizer, "state", None)
+    counts = [int(s["step"]) for s in state.values() if isinstance(s, dict) and "step" in s] \
+        if isinstance(state, dict) else []
+    return max(counts) if counts else None  # no count kept (SGD) or no step yet: nothing to say
 
 
 @contextlib.contextmanager

@@ -10,9 +10,9 @@ version; they are kept in ``WORK/wheels`` for the next run). ``--torch`` default
 ``requires-python``'s upper bound, found with pyenv. Every pip command in its virtualenvs holds torch at that version
 with a constraint of its own, in place of a pip configuration's (a machine-wide cap would refuse a new release).
 
-1. **The torch you already have.** A virtualenv of that Python with that torch alone installed first, then the
-   handout's README's commands for that way, as written: pip must keep torch and add a torchvision that goes with
-   it, and every import of every notebook must then resolve. Then ``pip install -e .`` of the course (torch kept
+1. **The torch you already have.** A virtualenv of that Python with that torch alone installed first (and
+   ``--torchvision``, when given), then the handout's README's commands for that way, as written: pip must keep torch
+   and add a torchvision that goes with it, and every import of every notebook must then resolve. Then ``pip install -e .`` of the course (torch kept
    again) and what runs the notebooks (nbclient, ipykernel, nbgrader for the hidden-test cells) at the course's pins.
 2. **The check corpus** (``tests/mutants``, ``tests/stubs``) there and on the pinned torch (this interpreter): every
    variant's failed checks in order and every stub's earned properties, compared.
@@ -444,8 +444,8 @@ def table(other: dict, pinned: dict, diff: list[str], nbs: dict, colab_info: dic
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch", help="a torch release on the registry (default: pyproject.toml's floor)")
-    parser.add_argument("--torchvision", help="install this torchvision with torch first (default: the floor's, with "
-                        "the floor; with --torch, none: the handout's way adds the one pip finds for that torch)")
+    parser.add_argument("--torchvision", help="install this torchvision with torch first (default: none, so that the "
+                        "handout's way adds the one pip finds for that torch)")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "loop_lab" / "compat")
     parser.add_argument("--python", help="a Python minor version other than the newest supported (e.g. 3.10)")
     parser.add_argument("--skip-notebooks", action="store_true")
@@ -459,7 +459,7 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     minor = args.python or newest_python()
     torch_v = args.torch or exact(floor("torch"))
-    vision_v = args.torchvision or (None if args.torch else exact(floor("torchvision")))
+    vision_v = args.torchvision
     log = work / f"bench_compat-py{minor}-torch{torch_v}.log"
     log.write_text("")
     print(f"torch {torch_v}{f', torchvision {vision_v}' if vision_v else ''} on Python {minor} (log: {log})",

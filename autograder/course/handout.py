@@ -33,9 +33,8 @@ SETUP_COMMANDS = [
 SETUP_CPU = "Set up on a CPU-only machine"
 SETUP_OWN = "Set up with the torch you already have"
 # pip keeps an installed torch that satisfies the lab's floor, unless another requirement asks for a newer one: a
-# torchvision that pip adds does (torchvision 0.29.2 requires torch>=2.14.0). The version pip sees
-# (the metadata's 2.15.0, not torch.__version__'s 2.15.0+cu130), written as a constraint, makes pip pick the releases
-# that go with it instead.
+# torchvision that pip adds does (torchvision 0.29.2 requires torch>=2.14.0). The version pip sees (the metadata's
+# 2.14.1, not torch.__version__'s 2.14.1+cu130), written as a constraint, makes pip pick the releases that go with it.
 KEEP_TORCH_FILE = "keep-torch.txt"
 KEEP_TORCH = (f"python -c \"import importlib.metadata as m; print('torch==' + m.version('torch'))\" > {KEEP_TORCH_FILE}",
               "")  # explained beside it in the README: the note would push every other one far to the right

@@ -55,11 +55,13 @@ class RunConfig:
     cell_timeout: int
     notebook_timeout: int
     memory_mb: int
-    threads: int  # torch threads per kernel
+    threads: int  # torch threads per kernel; 0: the executor sizes it (autograder.run.machine)
     data_dirs: list[str] = field(default_factory=list)  # readable by student code: FashionMNIST and its cache
     cache_dir: str = ""
     require_isolation: bool = False  # refuse to grade when a confinement layer cannot be applied here
     permissions: str = "not checked"  # closure.check's finding for this run's files: "" (verified) or why not
+    task_memory_mb: int | None = None  # real memory of each task's cgroup (autograder.run.machine); None: memory_mb
+    memory_short: bool = False  # that share is below what an honest notebook may need: an OOM kill is the machine's
 
 
 @dataclass
@@ -72,6 +74,7 @@ class CellScore:
     auto_score: float | None
     needs_manual_grade: bool
     verdict: Verdict
+    in_notebook: bool | None = None  # passed when the kernel ran it, before the recheck (None: a written answer)
 
     @property
     def points(self) -> float:
@@ -140,7 +143,8 @@ class Policy:
     list_dirs: list[str] = field(default_factory=list)  # may list (not read files beneath): a package folder
     write_files: list[str] = field(default_factory=list)  # e.g. /dev/null
     bind_ports: list[int] = field(default_factory=list)  # the kernel's ZMQ ports; every other bind/connect fails
-    memory_mb: int | None = None
+    memory_mb: int | None = None  # address space (RLIMIT_AS)
+    task_memory_mb: int | None = None  # real memory of the task's cgroup; None: memory_mb
     cpu_seconds: int | None = None
     file_size_mb: int | None = 1024
     scratch_mb: int = 1024  # the task's private tmpfs: /dev/shm, HOME, TMPDIR and the notebook folder's writes
@@ -215,6 +219,7 @@ class RecheckReply:
     status: str  # exited | timeout
     pid: int
     lines: list[CheckLine] = field(default_factory=list)  # the nonce checked and cleared
+    oom_killed: bool = False  # the OOM killer stopped it at its task's memory limit
 
 
 @dataclass

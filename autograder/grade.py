@@ -64,8 +64,9 @@ MIN_MEMORY_MB = 3000  # below this no kernel starts: importing torch alone maps 
 
 @dataclass
 class GradeOptions:
-    jobs: int = field(default=2, metadata=_flag("-j/--jobs", "notebooks graded at once", type=int, positive=True,
-                                                metavar="N"))
+    jobs: int | None = field(default=None, metadata=_flag(
+        "-j/--jobs", "notebooks graded at most at once (default: one per CPU of this machine's or container's CPU "
+        "quota; fewer where its memory is short)", type=int, positive=True, metavar="N"))
     db_url: str | None = field(default=None, metadata=_flag(
         "--db", "gradebook SQLAlchemy URL (default: sqlite:///OUT/gradebook.db)", type=str, metavar="URL"))
     cell_timeout: int = field(default=120, metadata=_flag("--timeout-cell", "seconds per cell", type=int,
@@ -83,7 +84,7 @@ class GradeOptions:
         "--source", "assignment source folder (default: ROOT/solutions/loop_lab)", type=Path, metavar="FOLDER"))
     keep_work: bool = field(default=False, metadata=_flag(
         "--keep-work", "keep the scratch folder (kernel logs) for debugging"))
-    threads: int | None = None  # torch threads per kernel; default cores // jobs (1 on Dask: one per worker process)
+    threads: int | None = None  # torch threads per kernel; default the CPU quota // jobs (1 on Dask: one per worker)
     regrade: list[str] | None = field(default=None, metadata=_flag(  # None: reuse; []: regrade all; or these ids
         "--regrade", "grade again what OUT already holds: every task, or only these students' (default: a re-run "
         "grades only what is new or changed)", nargs="*", metavar="STUDENT"))
@@ -185,8 +186,8 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         (the_plan.out / "grading.log").unlink(missing_ok=True)
         progress = Progress({s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students},
                             started, the_plan.out / "grading.log")
-        progress.log(f"grading {len(the_plan.submissions)} student(s) x {len(the_plan.notebooks)} notebook(s) with "
-                     f"{opts.jobs} process(es); gradebook {the_plan.db_url}")
+        progress.log(f"grading {len(the_plan.submissions)} student(s) x {len(the_plan.notebooks)} notebook(s); "
+                     f"gradebook {the_plan.db_url}")
         for note in reuse_notes:
             progress.log(note)
 
@@ -333,7 +334,7 @@ def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: P
                                                          notes=[f"{nb}.ipynb was not submitted: scored 0"])
     run = RunConfig(template_db=str(template_db), work_dir=str(work), cell_timeout=opts.cell_timeout,
                     notebook_timeout=opts.notebook_timeout, memory_mb=opts.memory_mb,
-                    threads=opts.threads or max(1, (os.cpu_count() or 1) // max(1, opts.jobs)),
+                    threads=opts.threads or 0,  # 0: the executor's, from the machine it runs on
                     require_isolation=opts.require_isolation)
     timings = {"template_gradebook_s": t1 - t0, "gradebook_s": t2 - t1, "discover_s": time.monotonic() - t2}
     return Plan(out=out, db_url=db_url, notebooks=notebooks, submissions=subs, tasks=tasks, decided=decided, run=run,

@@ -47,7 +47,9 @@ class Run:
     stdout: str
     stderr: str
     results: dict | None  # results.json, None when it was not written or is not JSON
-    peak_mb: int  # the cgroup's peak memory use (v1: page cache included)
+    peak_mb: int  # the cgroup's peak memory use (v1: page cache included, which the kernel drops before an OOM kill)
+    peak_anon_mb: int  # the peak of what it cannot drop (anonymous memory and tmpfs), sampled every 0.2 s
+    task_peaks: dict[str, int]  # each task cgroup the grader made (a kernel, a recheck): its peak, as last sampled
     oom_kills: int  # processes the OOM killer took in the container
     seconds: float
     killed: list[int] = field(default_factory=list)  # zygotes a ``kill_zygotes`` run killed
@@ -111,6 +113,23 @@ class Cgroup:
             return int((self.memory / name).read_text()) >> 20
         except (OSError, ValueError):
             return -1
+
+    def anon_mb(self) -> int:
+        """What the cgroup holds that the kernel cannot drop: anonymous memory and tmpfs (shmem)."""
+        stat = dict(line.split() for line in (self.memory / "memory.stat").read_text().splitlines())
+        keys = ("total_rss", "total_shmem") if self.v1 else ("anon", "shmem")
+        return sum(int(stat.get(key, 0)) for key in keys) >> 20
+
+    def task_peaks(self) -> dict[str, int]:
+        """The peak memory of every task cgroup below it now (the grader's, one per kernel or recheck), in MB."""
+        name = "memory.max_usage_in_bytes" if self.v1 else "memory.peak"
+        found = {}
+        for folder in self.memory.glob("**/task-*"):
+            try:
+                found[folder.name] = int((folder / name).read_text()) >> 20
+            except (OSError, ValueError):
+                pass
+        return found
 
     def oom_kills(self) -> int:
         text = (self.memory / ("memory.oom_control" if self.v1 else "memory.events")).read_text()
@@ -200,36 +219,59 @@ def gradescope_env(extra: dict | None = None) -> dict:
     return {**env, **(extra or {})}
 
 
-def _zygotes(cgroup: Cgroup) -> tuple[set[int], bool]:
-    """The zygote processes in the container, and whether a notebook is running (a task cgroup holds a process)."""
-    zygotes, busy = set(), False
+def _parent(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("PPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _busy_zygotes(cgroup: Cgroup) -> set[int]:
+    """The zygotes in the container (the server a grading run starts, not its forks) with a notebook running below
+    them (a process of a task's cgroup descends from them)."""
+    procs, tasks = {}, []
     for pid, rel in cgroup.pids():
-        if "/task-" in f"/{rel}":
-            busy = True
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            procs[pid] = (Path(f"/proc/{pid}/cmdline").read_bytes(), _parent(pid))
         except OSError:
             continue
-        if b"--control" in cmdline[-2:] or any(b"zygote import main" in part and b"--control" in part
-                                                  for part in cmdline):
-            zygotes.add(pid)
-    return zygotes, busy
+        if "/task-" in f"/{rel}":
+            tasks.append(pid)
+    forks = {pid for pid, (cmdline, _) in procs.items() if b"zygote import main" in cmdline and b"--control" in cmdline}
+    graders = {pid for pid, (cmdline, _) in procs.items() if b"autograder" in cmdline and pid not in forks}
+    zygotes = {pid for pid in forks if procs[pid][1] in graders}  # its forks' parent is the zygote (or init)
+    busy = set()
+    for pid in tasks:
+        seen = 0
+        while pid in procs and pid not in zygotes and seen < 64:
+            pid, seen = procs[pid][1], seen + 1
+        if pid in zygotes:
+            busy.add(pid)
+    return busy
 
 
 def _kill_zygotes(cgroup: Cgroup, stop: threading.Event, killed: list[int]) -> None:
-    """Kill every run's zygote once a notebook of it is running: a zygote that dies mid-notebook (an OOM kill)."""
+    """Kill every zygote of the run once a notebook is running below it: a zygote that dies mid-notebook."""
     while not stop.wait(0.05):
         try:
-            zygotes, busy = _zygotes(cgroup)
+            busy = _busy_zygotes(cgroup)
         except OSError:
             continue
-        if busy:
-            for pid in zygotes - set(killed):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
+        for pid in busy - set(killed):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+
+
+def _sample(cgroup: Cgroup, stop: threading.Event, peak: list[int], tasks: dict[str, int]) -> None:
+    while not stop.wait(0.2):
+        try:
+            peak[0] = max(peak[0], cgroup.anon_mb())
+            tasks.update(cgroup.task_peaks())
+        except (OSError, ValueError):
+            pass
 
 
 def run_autograder(root: Path, *, memory_mb: int = MEMORY_MB, cpus: float = CPUS, env: dict | None = None,
@@ -248,12 +290,14 @@ def run_autograder(root: Path, *, memory_mb: int = MEMORY_MB, cpus: float = CPUS
     cgroup = Cgroup(f"gradescope-{os.getpid()}-{time.monotonic_ns()}", memory_mb, cpus)
     config = {"procs": cgroup.procs_files(), "new_root": str(box / "root"), "tmp": str(box / "tmp"),
               "autograder": str(root), "env": gradescope_env(env), "before_exec": before_exec}
-    stop, killed = threading.Event(), []
+    stop, killed, anon, tasks = threading.Event(), [], [0], {}
     watcher = threading.Thread(target=_kill_zygotes, args=(cgroup, stop, killed), daemon=True)
+    sampler = threading.Thread(target=_sample, args=(cgroup, stop, anon, tasks), daemon=True)
     started = time.monotonic()
     try:
         proc = subprocess.Popen([sys.executable, __file__, json.dumps(config)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        sampler.start()
         if kill_zygotes:
             watcher.start()
         try:
@@ -273,7 +317,7 @@ def run_autograder(root: Path, *, memory_mb: int = MEMORY_MB, cpus: float = CPUS
         results = json.loads((root / "results" / "results.json").read_text())
     except (OSError, ValueError):
         results = None
-    return Run(proc.returncode, stdout, stderr, results, peak, ooms, round(seconds, 1), killed)
+    return Run(proc.returncode, stdout, stderr, results, peak, anon[0], dict(tasks), ooms, round(seconds, 1), killed)
 
 
 if __name__ == "__main__":

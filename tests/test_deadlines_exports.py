@@ -102,6 +102,7 @@ def test_hand_grade_reaches_every_export_with_the_penalty(course, autograder_cli
     assert (nbgrader["late"]["raw_score"], nbgrader["late"]["late_submission_penalty"], nbgrader["late"]["score"]) \
         == ("5.0", "1.0", "4.0")
     assert nbgrader["notime"]["score"] == "0.0" and nbgrader["late"]["timestamp"] == "2026-03-02 14:00:00"
+    assert {r["duedate"] for r in nbgrader.values()} == {"2026-03-01 12:00:00"}  # deadlines.toml's, in UTC
 
 
 def test_rerun_and_regrade_recompute_never_double(course, autograder_cli):

@@ -347,6 +347,20 @@ def test_through_the_zygote_a_forger_scores_nothing_and_a_correct_loop_everythin
 
 
 @pytest.mark.slow
+def test_a_recheck_the_oom_killer_stops_at_its_tasks_memory_limit_says_so(reachable, zygote):
+    """A run's share of memory is each task cgroup's limit: a re-run that goes past it is stopped there by the OOM
+    killer (not the zygote or the grader), and the reply says so (the grader then knows it was memory: a notebook's
+    own doing where the share is ample, the machine's where it is short, autograder.run.machine)."""
+    from autograder.channel import RecheckCell
+
+    if "cgroup" not in zygote.ready.isolation or zygote.ready.isolation["cgroup"]:
+        pytest.skip(f"no task cgroups here: {zygote.ready.isolation.get('cgroup')}")
+    reply, log, _ = zygote_recheck.recheck(reachable, [RecheckCell(index=0, source="hog = b'x' * (400 << 20)")],
+                                           zygote=zygote, task_memory_mb=96)
+    assert reply.oom_killed and reply.status == "exited", (reply, log[-2000:])
+
+
+@pytest.mark.slow
 def test_a_function_that_exits_during_its_check_costs_only_its_own_tests(reachable, recheck):
     """sys.exit() inside train_one_epoch ends that check in the observer; the evaluate test after it is still
     judged, and passes."""

@@ -81,9 +81,18 @@ def _commands(commands: list[tuple[str, str]]) -> str:
     return "\n".join(f"    {command:<{width}}# {note}" if note else f"    {command}" for command, note in commands)
 
 
+PINS_PYTHON = (3, 11)  # the oldest Python the course's pins (requirements.txt) install on: numpy 2.4 has no 3.10 wheel
+
+
+def torch_pins(root: Path = REPO_ROOT) -> list[str]:
+    """requirements.txt's ``torch==`` and ``torchvision==`` lines: what the CPU-only installs take from PyTorch's
+    index first."""
+    return [line for line in student_requirements(root).splitlines() if line.startswith(("torch==", "torchvision=="))]
+
+
 def cpu_commands(root: Path = REPO_ROOT) -> list[tuple[str, str]]:
     """The CPU-only way: the course's torch and torchvision pins from PyTorch's CPU wheel index, then the rest."""
-    pins = [line for line in student_requirements(root).splitlines() if line.startswith(("torch==", "torchvision=="))]
+    pins = torch_pins(root)
     cpu_build = next(p for p in pins if p.startswith("torch==")).split("==")[1] + "+cpu"  # PEP 440: a local
     # version (+cpu) matches a pin that has none
     return [VENV, (f"pip install {' '.join(pins)} --index-url {CPU_INDEX}", ""),
@@ -99,6 +108,7 @@ def project(root: Path = REPO_ROOT) -> dict:
 
 def readme(root: Path = REPO_ROOT) -> str:
     meta = project(root)
+    pins_python = ".".join(map(str, PINS_PYTHON))
     floors = ", ".join(d.replace(" ", "") for d in meta["dependencies"] if d.startswith(("torch>", "torchvision>")))
     checked = textwrap.fill(
         f"The lab needs {floors}; a torchvision that goes with your torch comes with it if you have none. It was "
@@ -132,7 +142,7 @@ uploaded them to `/content/fashion-mnist`), add `%env LAB_DATA_DIR=/content/fash
 
 ## Set up (once)
 
-The first two ways install the course's pins, which need Python 3.11 or newer (numpy 2.4 does); on Python 3.10 take
+The first two ways install the course's pins, which need Python {pins_python} or newer (numpy 2.4 does); on Python 3.10 take
 the third. The course's versions (on Linux, torch with its CUDA libraries: a 5.8 GB virtualenv):
 
 {_commands(SETUP_COMMANDS)}

@@ -81,6 +81,29 @@ def verify_calls(source: str) -> list[VerifyCall]:
     return sorted(calls, key=lambda call: source.find(call[1]))
 
 
+def judged_outside(cell_source: str) -> bool:
+    """Does the test cell's hidden part (its ``### BEGIN HIDDEN TESTS`` regions) hold nothing but ``verify(...)``
+    calls and their import? Under the grader those only note what the recheck judges, so the cell's run in the kernel
+    is its visible part alone: what the student's own notebook shows."""
+    from autograder.course.cells import HIDDEN_REGION
+
+    regions = ["\n".join(region.splitlines()[1:-1]) for region in HIDDEN_REGION.findall(cell_source)]
+    return bool(regions) and all(_only_verify_calls(code) for code in regions)
+
+
+def _only_verify_calls(code: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    calls = len(verify_calls(code))
+    plain = [node for node in tree.body if not (
+        isinstance(node, ast.ImportFrom) and node.module == "autograder.hidden"
+        and [a.name for a in node.names] == ["verify"])]
+    return calls > 0 and len(plain) == calls and all(
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) for node in plain)
+
+
 def describe(call: VerifyCall) -> str:
     """How a message names the hidden test of ``call``."""
     return f"the hidden test {contract(call[0], call[1]).grade_id(call[2])} of {call[1]}"

@@ -32,6 +32,7 @@ def collect(the_plan, outcomes: dict[tuple[str, str], TaskOutcome], problems: li
     students, notebooks = the_plan.students, the_plan.notebooks
     started = datetime.now(timezone.utc) - timedelta(seconds=seconds())  # stands for the collection's time
     lateness = handin.assess_class(the_plan.deadlines, the_plan.submissions, notebooks, started, say)
+    gradebook.store_duedate(the_plan.db_url, the_plan.deadlines)  # nbgrader's export and formgrader show it
     book = gradebook.store(the_plan.db_url, students, notebooks, outcomes, lateness)
     for note in write_course(the_plan, outcomes):  # OUT becomes the nbgrader course: formgrader, export
         say(note)

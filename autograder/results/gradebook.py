@@ -73,6 +73,19 @@ def store_penalties(db_url: str, students: list[str], notebooks: list[str],
     return read_class(db_url, students)
 
 
+def store_duedate(db_url: str, deadlines) -> None:
+    """The assignment's due date in the gradebook (nbgrader's ``duedate``, naive UTC), which nbgrader's CSV export
+    (``nbgrader_export.csv``) and formgrader show: the course's deadline, else its latest notebook deadline; none
+    without deadlines. Each student's extension stays in the lateness files (nbgrader's has none per notebook)."""
+    from nbgrader.api import Gradebook
+
+    due = None
+    if deadlines is not None:
+        due = deadlines.deadline or max(deadlines.notebooks.values(), default=None)
+    with Gradebook(db_url) as gb:
+        gb.update_or_create_assignment(ASSIGNMENT, duedate=due)  # nbgrader stores it as naive UTC
+
+
 @dataclass(frozen=True)
 class TestFacts:
     """One graded test of the assignment, the same for every student: what the gradebook and the registry say."""
@@ -83,6 +96,8 @@ class TestFacts:
     written: bool  # a written answer, graded by hand
     hidden: bool  # its cell holds hidden tests: what they decide is shown after the grades are published
     concept: str = ""  # the registry's, "" for a test it does not define
+    judged_outside: bool = False  # those only call verify(): the cell's run in the kernel is what the student's own
+    #                               notebook shows (autograder.hidden.verifier.judged_outside)
 
 
 @dataclass
@@ -118,6 +133,7 @@ def read_class(db_url: str, students: list[str]) -> ClassBook:
     from nbgrader.api import Gradebook
 
     from autograder.course.cells import HIDDEN_REGION
+    from autograder.hidden.verifier import judged_outside
     from labutils import exercises
 
     tests, entries, people = [], {}, {}
@@ -128,7 +144,8 @@ def read_class(db_url: str, students: list[str]) -> ClassBook:
             sources = {c.name: c.source or "" for c in notebook.source_cells}
             tests += [TestFacts(notebook.name, cell.name, float(cell.max_score), cell.name in written,
                                 bool(HIDDEN_REGION.search(sources.get(cell.name, ""))),
-                                exercises.concept(notebook.name, cell.name) or "")
+                                exercises.concept(notebook.name, cell.name) or "",
+                                judged_outside(sources.get(cell.name, "")))
                       for cell in in_cell_order(notebook.grade_cells, notebook)]
         for student in students:
             person = gb.find_student(student)

@@ -42,6 +42,7 @@ class TestRecord:
     facts: TestFacts
     verdict: Verdict
     to_grade: bool = False  # a written answer waiting for a person: neither passed nor failed yet
+    in_notebook: bool | None = None  # passed when the kernel ran it, before the hidden tests' recheck (None: unknown)
 
     @property
     def notebook(self) -> str:
@@ -265,7 +266,7 @@ def _test(facts: TestFacts, cell, reason: str) -> TestRecord:
         verdict = dataclasses.replace(verdict, message="written answer: to be graded by hand" if to_grade else
                                       "no answer written", judged=not to_grade, by=BY_HAND if to_grade else BY_NOTEBOOK)
         return TestRecord(facts, verdict, to_grade=to_grade)
-    return TestRecord(facts, verdict)
+    return TestRecord(facts, verdict, in_notebook=cell.in_notebook)
 
 
 def _with_points(record: NotebookRecord, entry) -> NotebookRecord:

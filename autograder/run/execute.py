@@ -40,6 +40,26 @@ class KernelStartError(RuntimeError):
     """The kernel died before running any cell: a problem of the grading set-up, not of the submission."""
 
 
+class MemoryShortError(RuntimeError):
+    """The kernel or the recheck was stopped at its task's memory limit on a machine whose share per notebook is below
+    what an honest notebook may need (:data:`autograder.run.machine.TASK_NEED_MB`): the machine's doing, not
+    evidence about the work, so the notebook is not graded rather than given a 0."""
+
+
+def _task_limit(ctx) -> int:
+    """The real memory a task may hold (its cgroup's limit), in MB."""
+    return ctx.policy.task_memory_mb or ctx.policy.memory_mb
+
+
+def _memory_short(ctx, what: str) -> MemoryShortError:
+    from .machine import TASK_NEED_MB
+
+    ctx.fatal = (f"{what} was stopped at this machine's memory limit of {_task_limit(ctx)} MB per notebook, "
+                 f"less than the {TASK_NEED_MB} MB an honest notebook of this lab may need: give the grader more "
+                 "memory")
+    return MemoryShortError(ctx.fatal)
+
+
 def _error(ename: str, message: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
 
@@ -66,6 +86,7 @@ class _Run:
     seconds: dict[str, float] = field(default_factory=lambda: {"cells_s": 0.0, "tests_s": 0.0})
     stop_reason: str | None = None
     stopped_at: int | None = None
+    oom_killed: bool = False  # the kernel died at its task's memory limit
 
     def stop(self, reason: str, at: int) -> None:
         self.stop_reason, self.stopped_at = reason, at
@@ -124,6 +145,8 @@ class SandboxedExecute(Execute):
                 raise KernelStartError(ctx.fatal) from exc
             run.stop(f"not run: the notebook could not be executed ({type(exc).__name__}: {exc})",
                      0 if run.stopped_at is None else run.stopped_at)
+        if run.oom_killed and ctx.memory_short:
+            raise _memory_short(ctx, "the kernel")
         self._account(ctx, run)
         return self.nb, self.resources
 
@@ -153,7 +176,7 @@ class SandboxedExecute(Execute):
         try:
             self.preprocess_cell(cell, resources, index)
         except DeadKernelError:
-            why = self._death_reason()
+            why, run.oom_killed = self._death_reason()
             cell.outputs.append(_error("KernelDied", f"the kernel died while running this cell: {why}"))
             return f"not run: the kernel died in code cell {self._code_number(index)} ({why})"
         except CellTimeoutError:
@@ -183,6 +206,8 @@ class SandboxedExecute(Execute):
                 if cell.cell_type == "code" and cell.source.strip() and not has_error(cell):
                     cell.outputs = [*cell.get("outputs", []), _error("NotRun", run.stop_reason)]
         ctx.timed_out, ctx.stopped_at = run.timed_out, run.stopped_at  # what the recheck leaves out (.recheck)
+        ctx.failed_in_kernel = {cell.metadata["nbgrader"]["grade_id"] for cell in self.nb.cells
+                                if cell.cell_type == "code" and utils.is_grade(cell) and has_error(cell)}
 
     def process_message(self, msg, cell, cell_index):
         """Charge every output, error and widget message to the notebook's :class:`~.budget.OutputBudget` before
@@ -215,13 +240,18 @@ class SandboxedExecute(Execute):
                 self.budget.trim_error(content, kwargs["cell_index"])
         return super().on_cell_executed(**kwargs)
 
-    def _death_reason(self) -> str:
+    def _death_reason(self) -> tuple[str, bool]:
+        """Why the kernel died, and whether the OOM killer took it at its task's memory limit."""
+        from autograder.sandbox import isolation
+
         ctx = _context()
+        if ctx.kernel_pids and isolation.oom_killed(f"task-{ctx.kernel_pids[-1]}"):
+            return f"it ran out of memory: a notebook may hold {_task_limit(ctx)} MB here", True
         log = ctx.task_dir / "kernel.log"
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
         if any(s in tail for s in ("MemoryError", "Cannot allocate memory", "bad_alloc", "DefaultCPUAllocator")):
-            return f"it ran out of memory: the grading limit is {ctx.policy.memory_mb} MB"
-        return "the process exited: os._exit(), exit(), quit(), a crash, or the memory or CPU limit"
+            return f"it ran out of memory: the grading limit is {ctx.policy.memory_mb} MB", False
+        return "the process exited: os._exit(), exit(), quit(), a crash, or the memory or CPU limit", False
 
     def _code_number(self, index: int) -> int:
         """1-based position of cell ``index`` among the notebook's code cells, as a student would count them."""

@@ -26,6 +26,8 @@ from labutils.exercises import grading_cost
 from autograder.channel import Result, RunConfig, Task, WorkerReady
 from autograder.sandbox.client import SharedZygote
 
+from . import machine
+
 KERNEL_HEADROOM_MB = 1024  # a started ipykernel (threads, stacks) beyond the zygote's imports; measured ~0.7 GB
 
 OnResult = Callable[[Result, float], None]  # a task's result and the seconds it took, as the parent saw them
@@ -45,7 +47,7 @@ class Worker:
     the run's configuration."""
 
     def __init__(self, index: int, log_dir: Path, zygote: SharedZygote, run: RunConfig):
-        self.index = index
+        self.index, self.zygote = index, zygote
         tasks_r, tasks_w = os.pipe()
         results_r, results_w = os.pipe()
         log = os.open(log_dir / f"worker-{index}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -123,10 +125,48 @@ def _order(tasks: list[Task]) -> list[Task]:
     return sorted(tasks, key=lambda t: (-cost(t.notebook), t.student, t.notebook))
 
 
-def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: SharedZygote, hard_limit: float,
-             on_result: OnResult) -> None:
-    """Grade ``tasks`` on ``jobs`` workers (no more than there are tasks), each replaced when it dies or hangs."""
+class Zygotes:
+    """The run's shared zygote, and a fresh one in its place when it died (an OOM kill, a crash) or a retry asks for
+    one. A zygote lent by the caller (:class:`LocalExecutor`'s ``zygote``) is never closed here; one started here is."""
+
+    def __init__(self, work: Path, lent: SharedZygote | None, log):
+        self.work, self.lent, self.log = work, lent, log
+        self.current = lent or SharedZygote(work)
+
+    def live(self) -> SharedZygote:
+        """The shared zygote, started again first if it has died."""
+        if not self.current.alive():
+            self.log(f"WARNING: the zygote died ({self.current.death()}): starting a fresh one")
+            self.fresh()
+        return self.current
+
+    def fresh(self) -> SharedZygote:
+        """Close the current zygote (unless lent) and start another, waiting for its warm-up."""
+        if self.current is not self.lent:
+            self.current.close()
+        self.current = SharedZygote(self.work)
+        self.current.wait_ready()
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not self.lent:
+            self.current.close()
+
+
+class _NoZygote(RuntimeError):
+    """A fresh zygote did not start: the tasks left are reported as not graded."""
+
+
+def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygotes: Zygotes, hard_limit: float,
+             on_result: OnResult, log=print) -> None:
+    """Grade ``tasks`` on ``jobs`` workers (no more than there are tasks), each replaced when it dies or hangs.
+
+    A task the grader could not grade (status "error": a dead zygote, a worker killed, a broken pipe, a kernel that
+    would not start) is graded once more on a fresh worker, in a fresh zygote (a new one whenever none of the other
+    workers is busy, and always when the old one died); if it fails again it is reported as not graded, both
+    reasons given."""
     pending = deque(_order(tasks))
+    first_failure: dict[str, str] = {}  # task id -> why its first try could not grade it
     sel = selectors.DefaultSelector()
     if len(tasks) > jobs:  # a worker gets a second task: warm the feedback exporter once, here, for every worker
         from .feedback import warm_feedback
@@ -137,7 +177,7 @@ def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: S
             traceback.print_exc()  # a courtesy: the pages render cold
 
     def spawn(i: int) -> Worker:
-        w = Worker(i, work, zygote, run)
+        w = Worker(i, work, zygotes.live(), run)
         sel.register(w.results, selectors.EVENT_READ, w)
         return w
 
@@ -145,41 +185,100 @@ def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: S
     for i in range(min(jobs, len(tasks))):
         workers.append(spawn(i))
 
-    def retire(w: Worker, reason: str) -> None:
+    def report(task: Task, result: Result, seconds: float) -> bool:
+        """Hand ``result`` on, or queue its task once more (True) when it is a first failure."""
+        if result.status == "error" and task.id not in first_failure:
+            first_failure[task.id] = result.error or "no reason given"
+            log(f"{task.student}/{task.notebook}: could not be graded ({result.error}); trying once more in a "
+                "fresh zygote")
+            pending.appendleft(task)
+            return True
+        if task.id in first_failure:
+            if result.status == "error":
+                result.error = f"{result.error}; on the first try: {first_failure[task.id]}"
+            else:
+                result.notes.insert(0, f"graded on a second try: the first could not grade it "
+                                       f"({first_failure[task.id]})")
+        on_result(result, seconds)
+        return False
+
+    def retire(w: Worker, reason: str) -> bool:
+        """Stop ``w``; its task, if any, is reported as not graded (or queued again: True)."""
         sel.unregister(w.results)
+        retried = False
         if w.task is not None:
-            on_result(Result.failed(w.task, reason), time.monotonic() - w.started)
-            w.task = None
+            task, w.task = w.task, None
+            retried = report(task, Result.failed(task, reason), time.monotonic() - w.started)
         w.kill()
+        return retried
+
+    def replace(w: Worker, retried: bool) -> None:
+        """A fresh worker in place of the retired ``w``; after a failure (``retried``), in a fresh zygote when no
+        other worker is busy (they are replaced too: their servers were forks of the old one)."""
+        if retried and not any(other.task for other in workers if other is not w):
+            restart("a fresh zygote for the second try", skip=w)
+        else:
+            workers[workers.index(w)] = spawn(w.index)
+
+    def restart(why: str, skip: Worker | None = None) -> None:
+        """Every worker stopped (a busy one's task reported or queued again), a fresh zygote, new workers."""
+        log(why)
+        for other in workers:
+            if other is not skip:
+                retire(other, "the zygote it used died")
+        if not pending:
+            return  # nothing left to grade: no zygote to warm up
+        try:
+            zygotes.fresh()
+        except RuntimeError as exc:  # it did not start: nothing more can be graded in this run
+            raise _NoZygote(str(exc)) from None
+        workers[:] = [spawn(other.index) for other in workers]
 
     try:
         while pending or any(w.task for w in workers):
+            if not zygotes.current.alive():
+                restart(f"WARNING: the zygote died ({zygotes.current.death()}): starting a fresh one")
+            for w in list(workers):  # attached to a zygote that died since (a fresh one took its place)
+                if w.zygote is not zygotes.current and not w.zygote.alive():
+                    replace(w, retire(w, "the zygote it used died"))
             for w in workers:
                 if w.ready and w.task is None and pending:
                     w.send(pending.popleft())
             for key, _ in sel.select(timeout=1.0):
                 w = key.data
+                if w not in workers:
+                    continue  # replaced while this turn's events were read
                 try:
                     messages = w.read()
                 except channel.ChannelError as exc:
-                    retire(w, f"the grading process sent something that is not a message ({exc})")
-                    workers[workers.index(w)] = spawn(w.index)
+                    replace(w, retire(w, f"the grading process sent something that is not a message ({exc})"))
                     continue
                 if messages is None:
-                    retire(w, "the grading process exited unexpectedly (see the worker log)")
-                    workers[workers.index(w)] = spawn(w.index)
+                    replace(w, retire(w, "the grading process exited unexpectedly (see the worker log)"))
                     continue
                 for msg in messages:
                     if isinstance(msg, WorkerReady):
                         w.ready = True
                     elif isinstance(msg, Result) and w.task is not None:
-                        on_result(msg, time.monotonic() - w.started)
+                        task, seconds = w.task, time.monotonic() - w.started
                         w.task = None
+                        if report(task, msg, seconds):  # a fresh worker (and zygote) for the second try
+                            retire(w, "")
+                            replace(w, True)
+                            break
             now = time.monotonic()
-            for i, w in enumerate(workers):
+            for w in list(workers):
                 if w.task is not None and now - w.started > hard_limit:
-                    retire(w, f"grading this notebook took longer than {hard_limit:.0f} s and was stopped")
-                    workers[i] = spawn(w.index)
+                    replace(w, retire(w, f"grading this notebook took longer than {hard_limit:.0f} s and was "
+                                         "stopped"))
+    except _NoZygote as exc:
+        for w in workers:
+            if w.task is not None:
+                retire(w, str(exc))
+        while pending:  # not graded, each with why (a task tried before: both reasons)
+            task = pending.popleft()
+            first = f"; on the first try: {first_failure[task.id]}" if task.id in first_failure else ""
+            on_result(Result.failed(task, f"no zygote to grade it in ({exc}){first}"), 0.0)
     finally:
         for w in workers:
             try:
@@ -190,21 +289,29 @@ def run_pool(tasks: list[Task], run: RunConfig, jobs: int, work: Path, zygote: S
 
 
 class LocalExecutor:
-    """Grades a run's tasks on this machine: ``jobs`` worker processes and one shared zygote.
+    """Grades a run's tasks on this machine: worker processes and one shared zygote, as many at once as the machine
+    it is given allows (:mod:`autograder.run.machine`: the cgroup's CPU quota and memory).
 
     The "run" step of :func:`autograder.grade.grade`: :meth:`start` (the zygote's and the workers' imports overlap
     the parent's set-up), :meth:`run` (every task, each result to ``on_result`` as it comes), :meth:`close`. Another
     executor (Dask) offers the same three methods.
 
-    ``zygote``: a warm one lent by a process that grades many times (it started it, waited for it and closes it;
-    this run attaches its workers and leaves it running), so that no run pays its warm-up again (8.8 s of CPU on the
-    AVX2 machine). Each worker still gets a server of its own, which kills what its kernels left when the worker goes.
+    ``jobs``: notebooks at once (None: as many as the CPU quota and the memory allow; never more than the memory
+    allows). ``zygote``: a warm one lent by a process that grades many times (it started it, waited for it and
+    closes it; this run attaches its workers and leaves it running), so that no run pays its warm-up again (8.8 s of
+    CPU on the AVX2 machine). Each worker still gets a server of its own, which kills what its kernels left when the
+    worker goes.
     """
 
-    def __init__(self, jobs: int, zygote: SharedZygote | None = None):
+    def __init__(self, jobs: int | None = None, zygote: SharedZygote | None = None):
         self.jobs = jobs
         self.kept = zygote  # a warm zygote its owner started and closes, lent to this run (see above)
-        self.zygote: SharedZygote | None = None
+        self.zygotes: Zygotes | None = None
+
+    @property
+    def zygote(self) -> SharedZygote | None:
+        """The zygote this run's workers use now."""
+        return self.zygotes.current if self.zygotes else None
 
     def start(self, work: Path) -> None:
         """The zygote, whose imports (torch: seconds) overlap the parent's set-up. The workers are forked by
@@ -212,13 +319,14 @@ class LocalExecutor:
         (a worker that made its own spent ~1.7 s of CPU on them), and a run of one notebook forks one whatever ``-j``
         says."""
         self.work = work
-        self.zygote = self.kept or SharedZygote(work)
+        self.zygotes = Zygotes(work, self.kept, print)
 
     def run(self, tasks: list[Task], run: RunConfig, on_result: OnResult, log=print) -> None:
         if not tasks:
             self.close()  # a run with nothing to grade (all reused): its warm-up would be CPU for nothing
             return
-        info = self.zygote.wait_ready()
+        self.zygotes.log = log
+        info = self.zygotes.current.wait_ready()
         floor = info.vm_mb + KERNEL_HEADROOM_MB
         if run.memory_mb < floor:
             raise GradingSetupError(
@@ -226,11 +334,20 @@ class LocalExecutor:
                 f"alone map {info.vm_mb} MB of address space; use at least {floor} MB")
         check_isolation({**info.isolation, "permissions": run.permissions}, run.require_isolation, log)
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
-        run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir)
+        limits = machine.read_limits()  # now: what the zygote and this process hold is in use
+        size = machine.size_pool(limits, self.jobs, len(tasks), run.threads or None, run.memory_mb)
+        log(size.describe(limits) + (
+            f"\nWARNING: {size.task_memory_mb} MB per notebook is below the {machine.TASK_NEED_MB} MB an honest "
+            "notebook of this lab may need: a notebook stopped there for memory is reported as not graded; give "
+            f"the grader at least {limits.memory_mb + machine.TASK_NEED_MB - size.task_memory_mb} MB"
+            if size.short and limits.memory_mb else ""))
+        run = dataclasses.replace(run, data_dirs=info.data_dirs, cache_dir=info.cache_dir, threads=size.threads,
+                                  task_memory_mb=size.task_memory_mb, memory_short=size.short)
         hard_limit = 2 * run.notebook_timeout + 180  # kernel + recheck + start-up + feedback: then it is stuck
-        run_pool(tasks, run, self.jobs, self.work, self.zygote, hard_limit, on_result)
+        run_pool(tasks, run, size.jobs, self.work, self.zygotes, hard_limit, on_result, log)
+        self.close()  # the reports that follow have the zygote's memory to themselves
 
     def close(self) -> None:
-        if self.zygote is not None and self.zygote is not self.kept:
-            self.zygote.close()
-        self.zygote = None
+        if self.zygotes is not None:
+            self.zygotes.close()
+        self.zygotes = None

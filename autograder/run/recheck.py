@@ -22,7 +22,7 @@ from autograder.course.cells import gradebook_notebook
 from autograder.hidden import plan as recheck_plan
 from autograder.sandbox.context import current as _context
 
-from .execute import _error
+from .execute import _error, _memory_short, _task_limit
 
 
 class HiddenRecheck(NbGraderPreprocessor):
@@ -38,6 +38,8 @@ class HiddenRecheck(NbGraderPreprocessor):
             started = time.monotonic()
             reply = self._ask_zygote(ctx, the_plan)
             ctx.timings["recheck_s"] = round(time.monotonic() - started, 2)
+            if reply.oom_killed and ctx.memory_short:
+                raise _memory_short(ctx, "the hidden tests' re-run")
             self._keep_verdicts(nb, ctx, the_plan, reply)
         return nb, resources
 
@@ -59,7 +61,8 @@ class HiddenRecheck(NbGraderPreprocessor):
 
     def _keep_verdicts(self, nb, ctx, the_plan, reply: RecheckReply) -> None:
         """Each test's verdict into the task's context; a failure the kernel did not show, under its cell."""
-        why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout"
+        why = (f"did not finish within {self.notebook_timeout} s" if reply.status == "timeout" else
+               f"ran out of memory (a notebook may hold {_task_limit(ctx)} MB here)" if reply.oom_killed
                else "stopped before it finished (the re-run of the notebook's cells exited or crashed)")
         for index, outcome in the_plan.outcomes(reply.lines, why):
             kept = ctx.verdicts.get(outcome.grade_id)

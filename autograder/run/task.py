@@ -49,7 +49,8 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
     policy = dataclasses.replace(policy, write_dirs=[*policy.write_dirs, str(home), str(tmp)],
                                  own_paths=[str(home), str(tmp)])
     ctx = context.TaskContext(zygote=zygote, task_dir=task_dir, kernel_env=kernel_env(home, tmp, run), policy=policy,
-                              threads=run.threads, notebook_timeout=run.notebook_timeout)
+                              threads=run.threads, notebook_timeout=run.notebook_timeout,
+                              memory_short=run.memory_short)
     ctx.timings["setup_s"] = round(setup_s, 2)
     result = Result(id=task.id, student=task.student, notebook=task.notebook, notes=ctx.notes)
     errors = _ErrorLog()
@@ -60,7 +61,7 @@ def grade_task(task: Task, run: RunConfig, zygote: Zygote) -> Result:
             _autograde(course, task.student, run)
             ctx.timings["autograde_s"] = round(time.monotonic() - t0, 2)
         t0 = time.monotonic()
-        result.tests = read_scores(course, task.student, task.notebook, ctx.verdicts)
+        result.tests = read_scores(course, task.student, task.notebook, ctx.verdicts, ctx.failed_in_kernel)
         ctx.timings["scores_s"] = round(time.monotonic() - t0, 2)
         result.autograded = str(layout.autograded_notebook(course, task.student, task.notebook))
         result.feedback = _feedback_or_note(course, task, ctx)
@@ -212,9 +213,11 @@ def failure_message(outputs: list) -> str:
     return "\n".join(parts)
 
 
-def read_scores(course: Path, student: str, notebook: str, verdicts: dict | None = None) -> list[CellScore]:
+def read_scores(course: Path, student: str, notebook: str, verdicts: dict | None = None,
+                failed_in_kernel: set[str] | None = None) -> list[CellScore]:
     """Every graded cell of the notebook in cell order: its score, and its verdict (``verdicts``: the recheck's, by
-    grade id; a cell it did not judge gets one from its score and outputs)."""
+    grade id; a cell it did not judge gets one from its score and outputs); whether it passed when the kernel ran it
+    (``failed_in_kernel``: the cells that did not; None: not known)."""
     import nbformat
     from nbgrader.api import Gradebook
 
@@ -239,9 +242,10 @@ def read_scores(course: Path, student: str, notebook: str, verdicts: dict | None
                              message=messages.get(grade.name, ""), concept=exercises.concept(notebook, grade.name) or "",
                              by=BY_HAND if grade.needs_manual_grade else BY_NOTEBOOK,
                              judged=not grade.needs_manual_grade)
+            ran = None if kind == "manual" or failed_in_kernel is None else grade.name not in failed_in_kernel
             tests.append(CellScore(name=grade.name, kind=kind, auto_score=grade.auto_score,
                                    needs_manual_grade=bool(grade.needs_manual_grade),
-                                   verdict=cell_verdict(scored, (verdicts or {}).get(grade.name))))
+                                   verdict=cell_verdict(scored, (verdicts or {}).get(grade.name)), in_notebook=ran))
         return in_cell_order(tests, source_nb)
 
 

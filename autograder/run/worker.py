@@ -65,12 +65,12 @@ def serve(tasks_fd: int, results_fd: int, log_fd: int, zygote_fd: int, grader: i
     channel.send(results, WorkerReady(zygote_s=round(zygote.startup_s, 2)))
     for line in requests:
         task = channel.decode(line, Task)
-        if not zygote.alive():
-            zygote.close()
-            zygote = connect(run)  # the shared zygote's line is gone for good: a private one
         try:
             result = grade_task(task, run, zygote)
         except Exception as exc:
             result = Result.failed(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         channel.send(results, result)
+        if not zygote.alive():
+            break  # its line to the zygote is gone for good: the pool starts a fresh worker (and zygote), never a
+            #        second zygote here beside the shared one (a second copy of torch where memory may be short)
     zygote.close()

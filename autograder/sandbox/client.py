@@ -88,6 +88,17 @@ class SharedZygote:
             socket.send_fds(self.control, [b"c"], [theirs.fileno()])
         return mine
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def death(self) -> str:
+        """How it ended, in words (it has)."""
+        code = self.proc.poll()
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            return f"killed by {name}" + (": the OOM killer, or a kill" if -code == signal.SIGKILL else "")
+        return f"exit status {code}; see {self.log.name}"
+
     def wait_ready(self, timeout: float = 600) -> ZygoteReady:
         if self.info is None:
             ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -245,6 +256,7 @@ def base_policy(run: RunConfig) -> policy.Policy:
         write_files=["/dev/null"],
         write_dirs=["/dev/shm"],
         memory_mb=run.memory_mb,
+        task_memory_mb=run.task_memory_mb,
         cpu_seconds=int(run.notebook_timeout * 2 + 60),
         passable_below=run.work_dir,
     )

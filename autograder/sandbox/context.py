@@ -31,6 +31,9 @@ class TaskContext:
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # grade_id -> the recheck's verdict on that test cell
     timed_out: set[int] = field(default_factory=set)  # the cells that ran out of time in the kernel
     stopped_at: int | None = None  # the cell where the kernel's run stopped (it died, or the notebook's time ran out)
+    failed_in_kernel: set[str] = field(default_factory=set)  # graded cells with an error when the kernel ran them
+    memory_short: bool = False  # the task's memory share is below an honest notebook's need: its OOM is the machine's
+    kernel_pids: list[int] = field(default_factory=list)  # as the zygote forked them: each names its task cgroup
 
 
 _CURRENT: TaskContext | None = None

@@ -133,6 +133,16 @@ def _join_one(controller: str, folder: Path, memory_mb: int | None, pids_max: in
     (folder / "cgroup.procs").write_text(str(os.getpid()))
 
 
+def oom_killed(name: str) -> bool:
+    """Did the OOM killer take a process of the task cgroup ``name`` (its own memory limit reached)? False when the
+    cgroup is gone or has no memory controller here."""
+    try:
+        text = (_parent("memory") / name / "memory.oom_control").read_text()
+    except OSError:
+        return False
+    return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0 for line in text.splitlines())
+
+
 def remove_empty_cgroups() -> int:
     """Remove this machine's task cgroups whose processes are all gone (rmdir refuses the others); how many."""
     removed = 0

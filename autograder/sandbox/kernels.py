@@ -83,6 +83,7 @@ class ZygoteProvisioner(LocalProvisioner):
         request = KernelRequest(argv=argv, cwd=cwd, env=ctx.kernel_env, policy=policy,
                                 log=str(ctx.task_dir / "kernel.log"), threads=ctx.threads)
         pid = self._start(ctx, request)
+        ctx.kernel_pids.append(pid)
         self.process = ForkedKernelProcess(pid)
         self.pid = self.pgid = pid
         self.cwd = cwd

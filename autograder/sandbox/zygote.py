@@ -197,7 +197,10 @@ def _enter_child(req: KernelRequest | RecheckRequest, server: int, keep_fd: int 
     sys.meta_path.insert(0, ReferenceBlocker())
     importlib.invalidate_caches()  # forget the zygote's directory listings: what is not preloaded must be found anew
     server_fd = os.pidfd_open(server)  # still names it inside the task's PID namespace
-    isolation.enter(LAYERS, f"task-{os.getpid()}", req.policy.memory_mb,
+    # a container's OOM killer takes student code first, never the zygote or the grader (raising it needs no privilege)
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    isolation.enter(LAYERS, f"task-{os.getpid()}", req.policy.task_memory_mb or req.policy.memory_mb,
                     [req.env[k] for k in ("HOME", "TMPDIR") if req.env.get(k)], req.cwd,
                     scratch_mb=req.policy.scratch_mb, pids_max=req.policy.pids_max, own_paths=req.policy.own_paths,
                     read_paths=[*req.policy.read_dirs, *req.policy.read_files, *req.policy.list_dirs,
@@ -251,6 +254,7 @@ def _run_recheck(req: RecheckRequest, client_fd: int) -> RecheckReply:
     _kill_session(pid)
     if status == "client gone":
         raise _ClientGone
+    oom_killed = isolation.oom_killed(f"task-{pid}")
     lines = []
     for line in b"".join(chunks).splitlines():
         try:
@@ -260,7 +264,7 @@ def _run_recheck(req: RecheckRequest, client_fd: int) -> RecheckReply:
         if item.nonce == nonce:
             item.nonce = ""
             lines.append(item)
-    return RecheckReply(status=status, pid=pid, lines=lines)
+    return RecheckReply(status=status, pid=pid, lines=lines, oom_killed=oom_killed)
 
 
 def _read_until_exit(rfd: int, pid: int, deadline: float, client_fd: int) -> tuple[list[bytes], str]:

@@ -30,14 +30,17 @@ def assert_same_record(out: Path, reference: Path, student: str) -> None:
 
 
 def test(notebook: str, name: str, points: float, max_points: float, *, written: bool = False, hidden: bool = False,
-         passed: bool | None = None, to_grade: bool = False, **verdict) -> TestRecord:
-    """One graded test of a made-up record (``passed`` default: full points; its concept the registry's)."""
+         passed: bool | None = None, to_grade: bool = False, judged_outside: bool = False,
+         in_notebook: bool | None = None, **verdict) -> TestRecord:
+    """One graded test of a made-up record (``passed`` default: full points; its concept the registry's;
+    ``judged_outside``: its hidden part only calls verify(); ``in_notebook``: how the student's kernel ran it)."""
     from labutils import exercises
 
-    facts = TestFacts(notebook, name, max_points, written, hidden, exercises.concept(notebook, name) or "")
+    facts = TestFacts(notebook, name, max_points, written, hidden, exercises.concept(notebook, name) or "",
+                      judged_outside)
     passed = points >= max_points if passed is None else passed
     return TestRecord(facts, Verdict(grade_id=name, passed=passed, points=points, max_points=max_points,
-                                     concept=facts.concept, **verdict), to_grade=to_grade)
+                                     concept=facts.concept, **verdict), to_grade=to_grade, in_notebook=in_notebook)
 
 
 def student(student_id: str, notebooks: dict[str, list[TestRecord]], *, penalty: float = 0.0, status="graded",

@@ -355,9 +355,13 @@ def test_a_recheck_the_oom_killer_stops_at_its_tasks_memory_limit_says_so(reacha
 
     if "cgroup" not in zygote.ready.isolation or zygote.ready.isolation["cgroup"]:
         pytest.skip(f"no task cgroups here: {zygote.ready.isolation.get('cgroup')}")
-    reply, log, _ = zygote_recheck.recheck(reachable, [RecheckCell(index=0, source="hog = b'x' * (400 << 20)")],
-                                           zygote=zygote, task_memory_mb=96)
+    train = exercises.get("baseline")
+    reply, log, _ = zygote_recheck.recheck(reachable, [
+        RecheckCell(index=0, source="hog = b'x' * (400 << 20)"),  # 400 MB written, in a task that may hold 96
+        RecheckCell(index=1, grade_id="train", checks=[[train.notebook, "train_one_epoch", train.properties[0].id]])],
+        zygote=zygote, task_memory_mb=96)
     assert reply.oom_killed and reply.status == "exited", (reply, log[-2000:])
+    assert [line.verdict.causes for line in reply.lines] == [["stopped"]], reply.lines
 
 
 @pytest.mark.slow

@@ -442,7 +442,11 @@ class Tracer:
         return out
 
     def _scale(self, original, outputs):
-        self.record("scale", {"scale": self.scaler.get_scale()})
+        """The scale the scaler multiplies by, read from its own tensor (a get_scale() of the student's answers
+        nothing here)."""
+        held = _own(self.scaler).get("_scale")
+        scale = _own(self.scaler).get("_init_scale", 1.0) if held is None else _TENSOR["item"](held)
+        self.record("scale", {"scale": float(scale)})
         return original(outputs)
 
     def _unscale(self, original, optimizer):

@@ -38,12 +38,7 @@ def test_a_partial_answer_earns_exactly_what_it_implements(stub):
     assert _earned(stub) == set(stub.earns)
 
 
-# issue 43's answers a check still pays for more (or less) than they do: the list shrinks as each root cause is fixed
-NOT_YET = {"amp_fake_scaler", "resume_empty_files", "resume_copies_final_state", "resume_constant_loss"}
-
-
-@pytest.mark.parametrize("cheat", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="issue 43: not yet"))
-                                   if c.name in NOT_YET else c for c in stubs.CHEATS], ids=lambda c: c.name)
+@pytest.mark.parametrize("cheat", stubs.CHEATS, ids=lambda c: c.name)
 def test_a_cheating_answer_earns_exactly_what_it_really_does(cheat):
     exercise = exercises.get(cheat.exercise)
     report = getattr(checks, exercise.check_name)(*cheat.functions(), *exercise.check_args)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.optim.lr_scheduler import LinearLR
 
 from .. import exercises
@@ -29,7 +31,7 @@ from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, except
                       reference_failure, scratch, traced_call)
 from . import evidence, on_gpu
 from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
-from .world import BATCH, DEVICE, MAX_EVENTS, SEED, _images, _match, _tiny_model
+from .world import BATCH, DEVICE, MAX_EVENTS, _images, _match, _tiny_model, run_seed
 
 _ARGS = exercises.get("resume")
 R_EPOCHS, R_SAVE_EVERY = (_ARGS.argument(name).values[0] for name in ("epochs", "save_every"))
@@ -178,40 +180,71 @@ class ResumeCtx:
     on_disk: list[int]  # the steps of the checkpoints in ckpt_dir when the run crashed, as on disk
     touched: int | None = None  # the older checkpoint the check made the most recently modified file
     names: dict = field(default_factory=dict)  # step -> the name of its file, as the loop wrote it
+    full_names: dict = field(default_factory=dict)  # the same for the run that never stopped
+    full_kept: dict = field(default_factory=dict)  # step -> the weights its file holds (None: no checkpoint)
+    kept: dict = field(default_factory=dict)  # the same for the files the crashed run left
 
 
-def _resume_objects(images, labels):
-    torch.manual_seed(SEED)
+def _resume_objects(images, labels, seed: int):
+    torch.manual_seed(seed)
     model = _tiny_model(dropout=0.25, gain=1.0)  # dropout: resuming is exact only with the RNG state restored too
     model.eval()  # as after an evaluation: a loop that never calls model.train() trains without dropout
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     total_steps = R_EPOCHS * math.ceil(R_IMAGES / BATCH)
     scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
-    loader = mark_batches(make_loader(images, labels, BATCH, seed=SEED, shuffle=True))
+    loader = mark_batches(make_loader(images, labels, BATCH, seed=seed, shuffle=True))
     return model, optimizer, scheduler, loader
 
 
 
-def _gpu_case(images, labels):
+def _gpu_case(images, labels, seed: int):
     """The uninterrupted run on the GPU, into the folder it is given."""
     def build(folder):
-        model, optimizer, scheduler, loader = _resume_objects(images, labels)
+        model, optimizer, scheduler, loader = _resume_objects(images, labels, seed)
         model.to(on_gpu.GPU)
         return ((model, optimizer, scheduler, loader, R_EPOCHS, folder, R_SAVE_EVERY, on_gpu.GPU),
                 on_gpu.tracer(model, optimizer, scheduler, exercise="resume"))
     return build
 
-def _resume_run(fn, images, labels, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
-    model, optimizer, scheduler, loader = _resume_objects(images, labels)
+def _resume_run(fn, images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
+    """One run of the loop, in a process of its own (:mod:`labutils.checks.apart`): nothing it keeps in memory
+    reaches the next run, which finds only what it left on disk."""
+    model, optimizer, scheduler, loader = _resume_objects(images, labels, seed)
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
     tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
-                    devices=True)
+                    devices=True, outputs=True)
     with _lent_pair(fn):  # lab 6's pair known to be right: the loop alone is judged
-        run = traced_call(fn, args, tracer, {"on_step": log})
+        run = traced_call(fn, args, tracer, {"on_step": log}, apart=True)
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
 
-def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
+def _kept(ckpt_dir: Path) -> dict:
+    """Step -> the weights each of the folder's checkpoints holds (None: not a checkpoint save_checkpoint wrote)."""
+    kept = {}
+    for step, name in saved(ckpt_dir).items():
+        try:
+            state = torch.load(ckpt_dir / name, weights_only=True)
+            kept[step] = list(state["model"].values()) if isinstance(state, dict) and set(LAYOUT) <= set(state) \
+                else None
+        except Exception:  # an empty file, another format: no checkpoint  # noqa: BLE001
+            kept[step] = None
+    return kept
+
+
+def _weights_after(run: TracedCall, final: dict, step: int, first: int = 1) -> list | None:
+    """The model's weights after optimizer step ``step`` of ``run`` (whose first step is ``first``), as traced."""
+    steps = [e for e in run.events if e.kind == "step"]
+    k = step - first + 1
+    if 0 <= k < len(steps):
+        return steps[k].data["params"]
+    return list(final["model"].values()) if k == len(steps) else None
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _varied(fn, images, labels, seed: int, tmp: Path) -> list[Failure]:
     """One more uninterrupted run with the second value of every argument it must honour: a train_resumable that
     uses numbers of its own (save every 4 steps, 2 epochs, "cpu") shows here."""
     varied = _ARGS.varied()
@@ -220,7 +253,7 @@ def _varied(fn, images, labels, tmp: Path) -> list[Failure]:
     ckpt_dir = tmp / "varied"
     ckpt_dir.mkdir()
     log = _OnStep(ckpt_dir, save_every=save_every)
-    run, _ = _resume_run(fn, images, labels, ckpt_dir, log, epochs, device)
+    run, _ = _resume_run(fn, images, labels, seed, ckpt_dir, log, epochs, device)
     if not run.complete:
         return [exception_failure("train_resumable", fn, run.error, " " + words[:-2])] if run.error else []
     total = epochs * math.ceil(R_IMAGES / BATCH)
@@ -288,8 +321,26 @@ def _rs_on_step(c: ResumeCtx):
     return []
 
 
-def _loss_problem(log: _OnStep) -> str | None:
-    """What is wrong with the losses on_step was handed (the contract: that step's mean loss, a Python float)."""
+def _step_losses(run: TracedCall, epoch_batches: list) -> dict:
+    """Step -> the mean cross-entropy of the step's batch, computed from the logits its forward produced (the last
+    forward before the step): what on_step must be handed."""
+    losses, forward = {}, None
+    for event in run.events:
+        if event.kind == "forward":
+            forward = event
+        elif event.kind == "step" and forward is not None and "out" in forward.data:
+            labels = next((batches[j][1] for batches in epoch_batches
+                           if (j := _match(forward.data.get("x"), batches)) is not None), None)
+            out = forward.data["out"]
+            if labels is not None and out.shape[0] == len(labels):
+                losses[event.info["number"]] = F.cross_entropy(out.float(), labels).item()
+            forward = None
+    return losses
+
+
+def _loss_problem(log: _OnStep, traced: dict | None = None) -> str | None:
+    """What is wrong with the losses on_step was handed (the contract: that step's mean loss, a Python float); with
+    ``traced`` (:func:`_step_losses`), each is compared with the loss of its step's own forward."""
     for step, loss in zip(log.steps, log.losses):
         if loss is NO_LOSS:
             return (f"on_step was called as on_step({step}) without the loss: the contract calls on_step(step, loss) "
@@ -299,6 +350,10 @@ def _loss_problem(log: _OnStep) -> str | None:
                     "the step's graph alive and cannot be logged as a number).")
         if not isinstance(loss, float) or not math.isfinite(loss):
             return f"on_step({step}, loss) was handed {_show(loss)}, not the step's mean training loss as a float."
+        want = (traced or {}).get(step)
+        if want is not None and abs(loss - want) > 1e-4 * max(abs(want), 1e-6):
+            return (f"on_step({step}, loss) was handed {loss:.4g}, but that step's batch had a mean cross-entropy of "
+                    f"{want:.4g} (from its own forward): pass loss.item() of the step's own loss.")
     return None
 
 
@@ -310,7 +365,7 @@ def _is_step(value, step: int) -> bool:
 def _rs_on_step_loss(c: ResumeCtx):
     if not c.full_log.steps:
         return NotJudged("on_step was never called")
-    problem = _loss_problem(c.full_log)
+    problem = _loss_problem(c.full_log, _step_losses(c.full, c.epoch_batches))
     return [Failure("on_step_loss", problem)] if problem else []
 
 
@@ -343,7 +398,7 @@ def _rs_train_mode(c: ResumeCtx):
 def _rs_save_every(c: ResumeCtx):
     if not c.full_log.steps:
         return NotJudged("on_step was never called, so no checkpoint could be looked for")
-    names = saved(c.full_log.ckpt_dir)
+    names = c.full_names
     if c.full_log.missing:
         s = c.full_log.missing[0]
         return [Failure("save_every", f"no checkpoint {_named(names, s)} existed in ckpt_dir when on_step({s}) was "
@@ -354,6 +409,15 @@ def _rs_save_every(c: ResumeCtx):
         return [Failure("save_every", f"the run saved {', '.join(names[s] for s in extra[:3])}"
                         f"{' ...' if len(extra) > 3 else ''} with save_every={R_SAVE_EVERY}: save only when "
                         "step % save_every == 0.", extra[0])]
+    for step, weights in c.full_kept.items():  # a file by the right name is no evidence: its weights are
+        if weights is None:
+            return [Failure("save_every", f"{names[step]} is not a checkpoint save_checkpoint wrote (torch.load "
+                            "cannot read it as one): save it with save_checkpoint(path, model, optimizer, scheduler, "
+                            "None, step), which writes the states a run resumes from.", step)]
+        after = _weights_after(c.full, c.final_full, step)
+        if after is not None and not _same(weights, after):
+            return [Failure("save_every", f"{names[step]} holds other weights than the model had after optimizer step "
+                            f"{step}: save with the model that trains, right after its optimizer.step().", step)]
     return []
 
 
@@ -365,9 +429,18 @@ def _rs_resume_step(c: ResumeCtx):
                          "nothing to resume from")
     last = c.on_disk[-1]
     first = c.resumed_log.steps[0]
-    if first == last + 1:
-        return []
     newest = _named(c.names, last)
+    if first == last + 1:
+        if c.kept.get(last) is None:
+            return NotJudged(f"{newest} is not a checkpoint save_checkpoint wrote, so the run after the crash had no "
+                             "state to resume from", needs=("save_every",))
+        start = next((e.data["params"] for e in c.resumed.events if e.kind == "step"), None)
+        if start is not None and not _same(start, c.kept[last]):
+            return [Failure("resume_step", f"the run after the crash continued at step {first}, but not from the "
+                            f"weights {newest} holds: load it into the model that trains (load_checkpoint("
+                            "latest_checkpoint(ckpt_dir), model, optimizer, scheduler, None)) and change them no "
+                            "more.", first)]
+        return []
     if c.touched is not None and first == c.touched + 1:
         msg = (f"the second run resumed from {_named(c.names, c.touched)}, the file modified most recently (the check "
                f"touched it, as a copy or a backup does), not from the newest checkpoint {newest}: choose the newest "
@@ -385,7 +458,10 @@ def _rs_resume_step(c: ResumeCtx):
 def _resumed_at(c: ResumeCtx) -> int | None:
     """The first step of the run after the crash, when it resumed from a checkpoint on disk (the step after it)."""
     first = c.resumed_log.steps[0] if c.resumed_log.steps else None
-    return first if isinstance(first, int) and first > 1 and first - 1 in c.on_disk else None
+    if not (isinstance(first, int) and first > 1 and first - 1 in c.on_disk and c.kept.get(first - 1) is not None):
+        return None
+    start = next((e.data["params"] for e in c.resumed.events if e.kind == "step"), None)
+    return first if start is not None and _same(start, c.kept[first - 1]) else None
 
 
 def _rs_mid_epoch(c: ResumeCtx):
@@ -440,12 +516,25 @@ def _rs_exact(c: ResumeCtx):
         return NotJudged(f"after resuming, step {other} trained on another batch than the run that never stopped, so "
                          "their end states cannot be compared until the batches are right")
     diffs = compare_states(c.final_full, c.final_resumed)
-    if not diffs:
-        return []
+    if not diffs:  # the same end, reached the same way: every resumed step as the run that never stopped made it
+        walked = _first_resumed_step_difference(c, first) or _other_losses(c, first)
+        return [Failure("exact_resume", walked, first)] if walked else []
     return [Failure("exact_resume", _misplaced_save(c, first - 1) or _first_resumed_step_difference(c, first) or
                     f"the resumed run ended with a different state than the run that never stopped (first difference: "
                     f"{diffs[0]}): restore everything with load_checkpoint(path, model, optimizer, scheduler, None).",
                     first)]
+
+
+def _other_losses(c: ResumeCtx, first: int) -> str | None:
+    """The first resumed step whose loss (handed to on_step) differs from the same step's in the run that never
+    stopped: a resumed run that trains as the run that never stopped computes the same losses."""
+    full = dict(zip(c.full_log.steps, c.full_log.losses))
+    for step, loss in zip(c.resumed_log.steps, c.resumed_log.losses):
+        if step in full and isinstance(loss, float) and loss != full[step]:
+            return (f"after resuming, step {step}'s loss was {loss:.6g}, not the {full[step]:.6g} of the run that "
+                    "never stopped, though the runs ended alike: the resumed run must train the remaining steps "
+                    "from the loaded state, not arrive at the end state another way.")
+    return None
 
 
 def _misplaced_save(c: ResumeCtx, step: int) -> str | None:
@@ -538,28 +627,31 @@ def check_resume(train_fn) -> CheckReport:
     report = new_report("resume", names + ["epochs", "device"], train_fn)
     if report.failures:  # not callable as the contract calls it
         return report
-    images = _images(R_IMAGES, SEED)
-    labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(SEED))
+    seed = run_seed()  # fresh data and weights: no state made in advance fits them
+    images = _images(R_IMAGES, seed)
+    labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(seed))
     run_fn = train_fn  # each run is lent lab 6's pair known to be right (_resume_run): the loop alone is judged
     with isolated(), scratch() as tmp:
         dirs = [Path(tmp) / name for name in ("uninterrupted", "crashed")]
         for d in dirs:
             d.mkdir()
         full_log, crash_log, resumed_log = _OnStep(dirs[0]), _OnStep(dirs[1], R_CRASH_AT), _OnStep(dirs[1])
-        full, final_full = _resume_run(run_fn, images, labels, dirs[0], full_log)
+        full, final_full = _resume_run(run_fn, images, labels, seed, dirs[0], full_log)
+        full_names, full_kept = saved(dirs[0]), _kept(dirs[0])
+        shutil.rmtree(dirs[0])  # the runs after it find nothing of the run that never stopped, on disk or in memory
         report.trace = full.events
         runs = [(full, "")]
-        on_disk = []
+        on_disk, kept = [], {}
         if full.complete:
-            crash, _ = _resume_run(run_fn, images, labels, dirs[1], crash_log)
-            on_disk, files = saved_steps(dirs[1]), saved(dirs[1])
+            crash, _ = _resume_run(run_fn, images, labels, seed, dirs[1], crash_log)
+            on_disk, files, kept = saved_steps(dirs[1]), saved(dirs[1]), _kept(dirs[1])
             touched = _touch_older(dirs[1], on_disk)
-            resumed, final_resumed = _resume_run(run_fn, images, labels, dirs[1], resumed_log)
+            resumed, final_resumed = _resume_run(run_fn, images, labels, seed, dirs[1], resumed_log)
             runs += [(crash, f" (in the run meant to crash at step {R_CRASH_AT})"), (resumed, " (when resuming)")]
         else:
             crash = resumed = full
             final_resumed, files = final_full, {}
-        loader = _resume_objects(images, labels)[3]
+        loader = _resume_objects(images, labels, seed)[3]
         epoch_batches = []
         for epoch in range(R_EPOCHS):
             set_position(loader, epoch, 0)
@@ -570,11 +662,11 @@ def check_resume(train_fn) -> CheckReport:
             return report
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
                     epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk, touched if full.complete else None,
-                    files)
+                    files, full_names, full_kept, kept)
     _run_stages(report, RESUME_STAGES, ctx, names)
     if full.complete:  # the arguments it must honour, judged whatever else went wrong
         with isolated(), scratch() as tmp:
-            varied = _varied(train_fn, images, labels, Path(tmp))
+            varied = _varied(train_fn, images, labels, seed, Path(tmp))
         report.failures += varied
         for check in ("epochs", "device"):
             report.judge(check, [f for f in varied if f.check == check])
@@ -585,5 +677,5 @@ def check_resume(train_fn) -> CheckReport:
                 break
     if not report.failures:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
         with isolated(), _lent_pair(train_fn):
-            report.failures += on_gpu.failures("train_resumable", train_fn, _gpu_case(images, labels))
+            report.failures += on_gpu.failures("train_resumable", train_fn, _gpu_case(images, labels, seed))
     return report

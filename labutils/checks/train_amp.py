@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .report import Failure, NotJudged
 from .train_run import TrainView, all_finite
+from .world import OVERFLOW_AT
 
 
 def _st_autocast(v: TrainView):
@@ -30,6 +31,35 @@ def _st_scale(v: TrainView):
             return [Failure("scale", f"loss.backward() ran on the unscaled loss at step {step} while a GradScaler is "
                             "in use, so scaler.unscale_ would divide true gradients by the scale. Call "
                             "scaler.scale(loss).backward().", step, v.beside(m.step, m.backward))]
+    return _scale_effect(v)
+
+
+def _scale_effect(v: TrainView):
+    """The scaler did its work, seen in its effects rather than its calls: every scale() multiplied by the scale a
+    GradScaler has there (the check's at the first step, halved by each update() after an overflowing step), and the
+    scaled loss that the check made overflow (scale() returned inf) reached backward: that step's gradients were
+    inf/nan and scaler.step skipped it."""
+    expected, skipped_last = v.case.init_scale, False
+    scales = []
+    for i, e in enumerate(v.events):
+        if e.kind == "step":  # an overflowing step (its gradients inf/nan): the next update() halves the scale
+            skipped_last = bool(e.info.get("skipped")) or not all_finite(e.data["raw"].values())
+        elif e.kind == "scaler_update" and skipped_last:
+            expected, skipped_last = expected * 0.5, False
+        elif e.kind == "scale":
+            scales.append(i)
+            if expected is not None and e.info["scale"] != expected:
+                step = e.step + 1
+                return [Failure("scale", f"scaler.scale(loss) scaled by {e.info['scale']:g} at step {step}, where the "
+                                f"GradScaler it was given scales by {expected:g}: leave the scaler's scale to it "
+                                "(scaler.update() sets it).", step, v.beside(step if step <= len(v.steps) else None, i))]
+    if len(scales) >= OVERFLOW_AT and v.run.complete:
+        at = v.events[scales[OVERFLOW_AT - 1]].step + 1  # the step of the scale() call the check made overflow
+        if at <= len(v.steps) and at not in v.skipped and all_finite(v.step_event(at).data["raw"].values()):
+            return [Failure("scale", f"at step {at} the check's scaler.scale(loss) returned inf (an overflow, as fp16 "
+                            "meets), yet the gradients backward produced were finite: backward did not run on what "
+                            "scaler.scale(loss) returned. Call scaler.scale(loss).backward().", at,
+                            v.beside(at, scales[OVERFLOW_AT - 1]))]
     return []
 
 

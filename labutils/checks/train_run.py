@@ -50,6 +50,7 @@ class TrainCase:
     max_norm: float | None = None
     accum_steps: int = 1
     amp_dtype: torch.dtype | None = None
+    init_scale: float | None = None  # the GradScaler's scale at the first step
     device: str = DEVICE
 
     @property
@@ -89,6 +90,7 @@ def _train_case(exercise: str, seed: int, with_scaler: bool = True, which: int =
         case.amp_dtype = getattr(torch, values["amp_dtype"])
         scale = INIT_SCALE if case.amp_dtype == torch.bfloat16 else FP16_SCALE  # float16 overflows at 65504
         case.scaler = OverflowingScaler("cpu", OVERFLOW_AT, init_scale=scale) if with_scaler else None
+        case.init_scale = scale
     return case
 
 

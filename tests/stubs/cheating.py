@@ -566,7 +566,9 @@ CHEATS = [
     Cheat("evaluate_copied_helper", "evaluate", "patched", EVALUATE_COPIED_HELPER, _earns()),
     Cheat("amp_patched_autocast", "amp", "patched", AMP_PATCHED_AUTOCAST,
           _earns("scaler", "unscale", "scaler_none", "loop")),
-    Cheat("amp_fake_scaler", "amp", "word", AMP_FAKE_SCALER, _earns("autocast", "scaler_none", "loop")),
+    # its backward runs on the unscaled loss: as the corpus's backward_without_scale, unscale_ and clipping cannot be
+    # judged behind that (the loop's clipping is judged on unscaled gradients), so loop is not judged either
+    Cheat("amp_fake_scaler", "amp", "word", AMP_FAKE_SCALER, _earns("autocast", "scaler_none")),
     Cheat("checkpoint_placeholders", "checkpoint", "structure", CHECKPOINT_PLACEHOLDERS,
           _earns("atomic", "return_step")),
     Cheat("checkpoint_memory_cache", "checkpoint", "memory", CHECKPOINT_MEMORY_CACHE, _earns("atomic")),

@@ -182,7 +182,9 @@ def grade(submissions: Path, out: Path, options: GradeOptions | None = None, roo
         the_plan.deadlines = deadlines
         the_plan.run.permissions = check_closed(root, source, the_plan.out, work, private)
         outcomes = dict(the_plan.decided)
-        keys = _reuse_kept(the_plan, kept, outcomes, opts, version, reuse_notes.append)
+        if opts.regrade is not None:
+            kept.forget([t.id for t in the_plan.tasks if t.student in opts.regrade] if opts.regrade else None)
+        the_plan.tasks, keys = kept.reuse(the_plan.tasks, run_key(opts, version), outcomes, reuse_notes.append)
         (the_plan.out / "grading.log").unlink(missing_ok=True)
         progress = Progress({s: sum(1 for t in the_plan.tasks if t.student == s) for s in the_plan.students},
                             started, the_plan.out / "grading.log")
@@ -267,30 +269,6 @@ def run_key(opts: GradeOptions, version: list[str]) -> str:
     """What decides every task's grade besides the student's files: the assignment's ``version``
     (:func:`assignment_version`) and the options that change a verdict (time and memory limits)."""
     return json.dumps([*version, opts.cell_timeout, opts.notebook_timeout, opts.memory_mb])
-
-
-def _reuse_kept(the_plan: Plan, kept: journal.Journal, outcomes: dict, opts: GradeOptions, version: list[str],
-                say) -> dict[str, str]:
-    """Take from OUT's journal every task graded before whose files and grader are unchanged (all of them regraded
-    with ``--regrade``, or those of its students); leave the rest in ``the_plan.tasks``. Each task's key."""
-    if opts.regrade is not None:
-        kept.forget([t.id for t in the_plan.tasks if t.student in opts.regrade] if opts.regrade else None)
-    common = run_key(opts, version)
-    keys, todo, why = {}, [], {}
-    for task in the_plan.tasks:
-        keys[task.id] = journal.task_key(common, Path(task.path), [(e.name, Path(e.path)) for e in task.extra_files])
-        outcome, reason = kept.reusable(task.id, keys[task.id])
-        if outcome is None:
-            todo.append(task)
-            why[reason] = why.get(reason, 0) + 1
-        else:
-            outcomes[(task.student, task.notebook)] = TaskOutcome.from_json(outcome)
-    reused = len(the_plan.tasks) - len(todo)
-    if reused:
-        say(f"{reused} task(s) reused from {kept.folder} (graded before, nothing changed); {len(todo)} to grade"
-            + (f" ({', '.join(f'{n} {r}' for r, n in sorted(why.items()))})" if todo else ""))
-    the_plan.tasks = todo
-    return keys
 
 
 def plan(submissions: Path, out: Path, opts: GradeOptions, source: Path, work: Path, version: list[str],

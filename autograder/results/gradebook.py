@@ -117,14 +117,12 @@ class ClassBook:
     tests: list[TestFacts]
     duedate: str | None
     people: dict[str, tuple[str, str, str]]  # student -> (first name, last name, email)
-    entries: dict[str, dict[str, Entry]]  # student -> notebook -> its entry
+    entries: dict[str, dict[str, Entry]]  # student -> notebook -> its entry, every one of both
 
     @property
     def notebooks(self) -> list[str]:
         return list(dict.fromkeys(t.notebook for t in self.tests))
 
-    def entry(self, student: str, notebook: str) -> Entry:
-        return self.entries.get(student, {}).get(notebook, Entry())
 
 
 def read_class(db_url: str, students: list[str]) -> ClassBook:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from labutils.atomic import write_atomically
 
+from .outcome import TaskOutcome
+
 JOURNAL = ".journal"
 LOCK = ".grading.lock"
 GRADEBOOK = "gradebook-assignment"  # which assignment version the gradebook was given (not .json: tasks are)
@@ -131,6 +133,23 @@ class Journal:
         if any(outcome.get(field) and not Path(outcome[field]).is_file() for field in FILES):
             return None, "a file it kept is missing"
         return outcome, ""
+
+    def reuse(self, tasks: list, run_key: str, outcomes: dict, say) -> tuple[list, dict[str, str]]:
+        """Take every task graded before whose files and grader are unchanged (``run_key``: what decides every
+        task's grade besides its files) into ``outcomes``; (the tasks left to grade, each task's key)."""
+        keys, todo, why = {}, [], {}
+        for task in tasks:
+            keys[task.id] = task_key(run_key, Path(task.path), [(e.name, Path(e.path)) for e in task.extra_files])
+            outcome, reason = self.reusable(task.id, keys[task.id])
+            if outcome is None:
+                todo.append(task)
+                why[reason] = why.get(reason, 0) + 1
+            else:
+                outcomes[(task.student, task.notebook)] = TaskOutcome.from_json(outcome)
+        if len(tasks) > len(todo):
+            say(f"{len(tasks) - len(todo)} task(s) reused from {self.folder} (graded before, nothing changed); "
+                f"{len(todo)} to grade" + (f" ({', '.join(f'{n} {r}' for r, n in sorted(why.items()))})" if todo else ""))
+        return todo, keys
 
     def gradebook_holds(self, db_url: str, version: list[str]) -> bool:
         """Did a run on this OUT give the gradebook at ``db_url`` this ``version`` of the assignment?"""

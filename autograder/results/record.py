@@ -213,7 +213,7 @@ class ClassRecord:
         records = []
         for student in students:
             entries = [_notebook(nb, [t for t in book.tests if t.notebook == nb], outcomes[(student, nb)],
-                                 book.entry(student, nb), (lateness or {}).get((student, nb)))
+                                 book.entries[student][nb], (lateness or {}).get((student, nb)))
                        for nb in book.notebooks]
             person = book.people.get(student, ("", "", ""))
             records.append(StudentRecord(student, entries, list(notes.get(student, [])), *person))
@@ -233,7 +233,7 @@ class ClassRecord:
         book = store_penalties(course_url(out), students, saved.notebooks, lateness if saved.deadlines else None)
         for s in saved.students:
             for n in s.notebooks:
-                _with_points(n, book.entry(s.student, n.notebook))
+                _with_points(n, book.entries[s.student][n.notebook])
         return saved
 
     def save(self, out: Path) -> None:

@@ -505,7 +505,9 @@ def probe() -> dict[str, str]:
 
     found = {}
     outside_ns = os.stat("/proc/self/ns/mnt").st_ino
-    handle, sentinel = tempfile.mkstemp(prefix="looplab-probe-")  # every user may read it: Landlock alone refuses it
+    # every user may read it: Landlock alone refuses it. In the zygote's own folder (its cwd, in the run's scratch
+    # folder), not TMPDIR: a run killed during the probe leaves it where the next run removes a dead run's files
+    handle, sentinel = tempfile.mkstemp(prefix="looplab-probe-", dir=os.getcwd())
     os.close(handle)
     os.chmod(sentinel, 0o644)
     try:

@@ -349,21 +349,27 @@ EXERCISES: tuple[Exercise, ...] = (
 # judged whatever else is wrong. tests/test_stubs.py holds the evidence to do-nothing answers; tests/test_checks.py
 # holds the dependencies to the mutant corpus (a property a single mistake leaves unjudged must name it here).
 EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
-    ("normalize", "shape_dtype"): ("the tensor returned for N images of several sizes: its shape and dtype", ()),
-    ("normalize", "values"): ("every returned value against the formula on the same images, and the input unchanged; "
-                              "a constant result is refused", ("shape_dtype",)),
-    ("baseline", "train_mode"): ("the mode of the model at every training forward (autograd on)", ("steps",)),
+    ("normalize", "shape_dtype"): ("the tensor returned for N images at two sizes (both always tried): its shape and "
+                                   "dtype", ()),
+    ("normalize", "values"): ("every returned value against the formula on the same images (drawn afresh each run), "
+                              "and the input unchanged; a constant result is refused", ("shape_dtype",)),
+    ("baseline", "train_mode"): ("every module's own mode at every training forward, in a loop whose forwards reach "
+                                 "backward and an optimizer step", ("steps",)),
     ("baseline", "steps"): ("the traced order of zero_grad, forward, backward and step on every batch", ()),
     ("baseline", "gradient"): ("the gradient each step used, against the batch's mean cross-entropy gradient "
                                "computed from the same weights", ("steps",)),
-    ("baseline", "mean_loss"): ("the returned number against the per-sample mean of the traced losses",
-                                ("steps",)),
-    ("evaluate", "eval_mode"): ("the mode of the model at every forward (at least one)", ()),
-    ("evaluate", "no_grad"): ("autograd's state at every forward (at least one)", ()),
-    ("evaluate", "loss"): ("the returned loss against the cross-entropy of the model's own logits over every batch",
-                           ()),
-    ("evaluate", "accuracy"): ("the returned accuracy against the argmax of the model's own logits", ()),
-    ("evaluate", "restore_mode"): ("the model's mode after a call that ran the model (it comes in train mode)", ()),
+    ("baseline", "mean_loss"): ("the returned number against the per-sample mean of the losses the traced forwards "
+                                "produced, in a loop that steps", ("steps",)),
+    ("evaluate", "eval_mode"): ("every module's own mode at every forward, on an evaluation of every batch of the "
+                                "loader", ()),
+    ("evaluate", "no_grad"): ("what the layers' outputs are at every forward (no graph: nothing requires grad), on "
+                              "an evaluation of every batch", ()),
+    ("evaluate", "loss"): ("the returned loss against the cross-entropy of the logits the function's own forwards "
+                           "produced, every batch of the loader run", ()),
+    ("evaluate", "accuracy"): ("the returned accuracy against the argmax of the logits the function's own forwards "
+                               "produced", ()),
+    ("evaluate", "restore_mode"): ("every module's mode after a call that evaluated the whole loader (it comes in "
+                                   "train mode)", ()),
     ("scheduler", "loop"): ("lab 1's evidence, traced on this loop", ()),
     ("scheduler", "scheduler_order"): ("the traced position of every scheduler.step() against optimizer.step()", ()),
     ("scheduler", "scheduler_every_step"): ("the learning rate of every step against the schedule's, at two "
@@ -380,33 +386,112 @@ EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
                                   "(of the gradient each step used, divided or not)", ("loop",)),
     ("accumulation", "loop"): ("lab 3's evidence, traced on this loop (clipping judged on the gradient each step "
                                "used, divided or not)", ()),
-    ("amp", "autocast"): ("the autocast state and dtype at every training forward, at two amp_dtype values", ()),
-    ("amp", "scaler"): ("scale, scaler.step and scaler.update traced on every step, one step made to overflow: "
-                        "no inf/nan reaches the weights", ()),
+    ("amp", "autocast"): ("the dtype of every training forward's conv and linear outputs, their weights float32, "
+                          "at two amp_dtype values", ()),
+    ("amp", "scaler"): ("scale, scaler.step and scaler.update on every step; each scale() by the scale the "
+                        "GradScaler has there; one scaled loss made to overflow, which must reach backward and be "
+                        "skipped: no inf/nan reaches the weights", ()),
     ("amp", "unscale"): ("unscale_ traced before the clipping of every step", ("scaler",)),
     ("amp", "scaler_none"): ("a run of its own with scaler=None: a plain backward and step", ()),
     ("amp", "loop"): ("lab 3's evidence, traced on this loop; fresh gradients after the overflowing step; the mean "
                       "loss of the run with scaler=None where this one's weights went inf/nan", ("scaler",)),
-    ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it", ()),
-    ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present", ()),
-    ("checkpoint", "restore"): ("training on after a load against the run that never stopped, and the "
-                                "weights_only=True of every torch.load it made", ("complete",)),
-    ("checkpoint", "return_step"): ("the returned value against the step saved, at two step values",
+    ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it, and the file's "
+                               "final bytes those the rename put there", ()),
+    ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present and equal to "
+                                 "the state it had at the save", ()),
+    ("checkpoint", "restore"): ("training on after a load, in a process where no save ran, against the run that "
+                                "never stopped, and the weights_only=True of every torch.load it made",
+                                ("complete",)),
+    ("checkpoint", "return_step"): ("the returned value against the step in the file, at two step values, read "
+                                    "back where no save ran", ("complete",)),
+    ("checkpoint", "scaler_none"): ("a save and load of their own with scaler=None, the load where no save ran",
                                     ("complete",)),
-    ("checkpoint", "scaler_none"): ("a save and load of their own with scaler=None", ("complete",)),
-    ("resume", "saves"): ("the step-NNNNNN.pt files on disk when on_step was called, at two save_every values",
-                          ("loop",)),
-    ("resume", "resumes"): ("the first step after a crash against the newest checkpoint on disk", ("loop",)),
+    ("resume", "saves"): ("the step-NNNNNN.pt files on disk when on_step was called, at two save_every values, "
+                          "each holding the weights the model had after that step", ("loop",)),
+    ("resume", "resumes"): ("the first step after a crash against the newest checkpoint on disk: its step + 1, "
+                            "from the weights it holds", ("loop",)),
     ("resume", "mid_epoch"): ("the batches of every epoch, and the first batch after resuming, against the "
                               "loader's order", ("resumes",)),
-    ("resume", "exact"): ("the final weights and optimizer state against the run that never stopped, when the "
-                          "resumed run trained on the same batches", ("resumes", "mid_epoch")),
-    ("resume", "loop"): ("the mode of every forward, on_step's calls and losses, the steps taken at two epochs "
-                         "values, the device, the returned step", ()),
+    ("resume", "exact"): ("every resumed step (weights, learning rate, gradient, loss) and the final weights and "
+                          "optimizer state against the run that never stopped, when the resumed run trained on the "
+                          "same batches", ("resumes", "mid_epoch")),
+    ("resume", "loop"): ("every module's mode at every forward, on_step's calls and losses (each its step's own "
+                         "cross-entropy), the steps taken at two epochs values, the device, the returned step", ()),
     ("param_groups", "coverage"): ("the groups returned: at least two, every trainable parameter exactly once", ()),
     ("param_groups", "decay"): ("the weight decay of the groups holding conv and linear weights, at two values", ()),
     ("param_groups", "no_decay"): ("0.0 on the groups holding biases and norm parameters, while weights decay", ()),
 }
+
+
+# Why that evidence cannot be produced without the work by a student who has read the checks (issue 43): not by a
+# constant (every check run draws fresh data: labutils.checks.world), not by a cache (a call whose memory could stand
+# in for the work runs in a process of its own: labutils.checks.apart), not by a patched query (modes, autograd and
+# autocast are read from the modules and tensors themselves, forbidden helpers by their code: labutils.trace).
+_FRESH = "fresh data and weights every run: a constant or a number copied from another run's message is wrong"
+_LOOP = "as the loop's own evidence: fresh data, the loop's own objects traced, every run judged"
+WHY: dict[tuple[str, str], str] = {
+    ("normalize", "shape_dtype"): "both sizes are always tried: a shape fixed in advance fails one; the lab's "
+                                  "normalize raises under any name it is called by",
+    ("normalize", "values"): f"{_FRESH}; a constant tensor is refused",
+    ("baseline", "train_mode"): "read from each module itself, not the top module's flag or a query a function can "
+                                "patch for its call; a forward that trains nothing shows nothing",
+    ("baseline", "steps"): "the optimizer's and parameters' own hooks see every clear, backward and step; autograd "
+                           "is read from the forward's outputs, not from torch.is_grad_enabled",
+    ("baseline", "gradient"): f"PyTorch recomputes each step's gradient at the loop's own weights; {_FRESH}",
+    ("baseline", "mean_loss"): f"{_FRESH}; a loop that never steps earns nothing",
+    ("evaluate", "eval_mode"): "read from each module itself, not the top module's flag; one forward of a made-up "
+                               "image is no evaluation of the loader",
+    ("evaluate", "no_grad"): "read from the tensors the layers produced, which a patched torch.is_grad_enabled does "
+                             "not change",
+    ("evaluate", "loss"): f"{_FRESH} (the second call gets other data: a first call's numbers handed back are "
+                          "wrong); a batch the function never ran is no evidence",
+    ("evaluate", "accuracy"): f"{_FRESH} (even how many images and which are wrong are drawn per run)",
+    ("evaluate", "restore_mode"): "read from each module itself, after a whole evaluation",
+    ("scheduler", "loop"): _LOOP,
+    ("scheduler", "scheduler_order"): "the calls are seen on the very scheduler and optimizer the loop was handed",
+    ("scheduler", "scheduler_every_step"): "the learning rates are the optimizer's own at every step, at two "
+                                           "schedule lengths",
+    ("clipping", "loop"): _LOOP,
+    ("clipping", "clip"): "recomputed from each step's own gradient at both max_norm values, both always tried: a "
+                          "number of its own fails one",
+    ("clipping", "norms"): _FRESH,
+    ("accumulation", "loss_divided"): f"recomputed from the window's own micro-batches; {_FRESH}",
+    ("accumulation", "window"): "both accum_steps values are always tried: a number of its own fails one",
+    ("accumulation", "trailing"): "the optimizer's own hook sees the last step",
+    ("accumulation", "scheduler"): "the calls are seen on the very objects the loop was handed",
+    ("accumulation", "returns"): _FRESH,
+    ("accumulation", "loop"): _LOOP,
+    ("amp", "autocast"): "read from the tensors: a patched torch.is_autocast_enabled, or a model cast to bfloat16, "
+                         "does not make float32 weights give bfloat16 outputs",
+    ("amp", "scaler"): "the scaler's effects, not its calls: a scale set to 1 or a scaled loss thrown away shows",
+    ("amp", "unscale"): "judged only where the loss was really scaled (a no-op unscale_ shows nothing)",
+    ("amp", "scaler_none"): "a run of its own, on data of its own",
+    ("amp", "loop"): _LOOP,
+    ("checkpoint", "atomic"): "the bytes on disk are compared: a file written in place after the rename, or "
+                              "renamed onto itself, shows",
+    ("checkpoint", "complete"): "values, not keys: placeholders or another run's state fail, and the states are "
+                                "fresh every run",
+    ("checkpoint", "restore"): "the save runs in a forked child: a load that restores from memory (a module's "
+                               "cache) finds nothing there, only the file",
+    ("checkpoint", "return_step"): "a step kept in memory is not in the process that loads; the step is read from "
+                                   "the file",
+    ("checkpoint", "scaler_none"): "as restore: only the file carries the state",
+    ("resume", "saves"): "the files' contents are compared: an empty file by the right name is no checkpoint",
+    ("resume", "resumes"): "every run is a process of its own: only the disk carries the state to the next",
+    ("resume", "mid_epoch"): "the loader's order is drawn afresh every run",
+    ("resume", "exact"): "the uninterrupted run's memory and folder are gone before the resumed run starts, and "
+                         "every step must match, not only the end",
+    ("resume", "loop"): "each loss is compared with the cross-entropy of its step's own forward: a float of the "
+                        "right type is not enough",
+    ("param_groups", "coverage"): "the model's own parameters, by identity",
+    ("param_groups", "decay"): "both weight_decay values are always tried: a number of its own fails one",
+    ("param_groups", "no_decay"): "judged while the weights decay: undecayed everything shows nothing",
+}
+
+
+def why(exercise_id: str, property_id: str) -> str:
+    """Why a property's evidence needs the work (:data:`WHY`), or "" for an exercise that does not say."""
+    return WHY.get((exercise_id, property_id), "")
 
 
 def evidence(exercise_id: str, property_id: str) -> str:
@@ -529,21 +614,27 @@ def markdown() -> str:
     lines = ["| notebook | function | contract |", "|---|---|---|"]
     lines += [f"| {e.notebook} | `{f}` | {f.contract} |" for e in EXERCISES for f in e.functions]
     lines += ["", "### Arguments a function must honour", "",
-              "Each check runs the function with the first value, then once more with the second (everything else "
-              "unchanged): a function that uses a number of its own instead of the argument fails, and the message "
-              "names the argument and the value it behaved as if it had.", "",
+              "Each check runs the function with the first value, then once more with the second (on data of its "
+              "own, and always, whatever the first run showed): a function that uses a number of its own instead "
+              "of the argument fails, and the message names the argument and the value it behaved as if it had.",
+              "",
               "| notebook | function | argument | values |", "|---|---|---|---|"]
     lines += [f"| {e.notebook} | `{e.functions[0].name}` | `{a.name}`{f' ({a.about})' if a.about else ''} | "
               f"{', '.join(_value(v) for v in a.values)} |" for e in EXERCISES for a in e.arguments]
     lines += ["", "### Graded tests", "",
               "One graded test cell per property. A property earns its points only on evidence from the student's "
               "own run (the \"judged on\" column): evidence a do-nothing or constant answer could also produce "
-              "earns nothing. A single mistake costs the points of the property it breaks; a property that needs "
-              "another to be right before it can be observed (\"needs\") is \"not judged\", 0 points, with a "
-              "message that says which to fix first. Every other property is judged whatever else is wrong (the "
-              "rule is in `labutils/checks/properties.py`).", "",
-              "| notebook | graded test | checks that | judged on | needs | points |", "|---|---|---|---|---|---|"]
+              "earns nothing, and the checks ship in the handout, so the evidence is also one a student who has "
+              "read them cannot produce without the work (the \"why it takes the work\" column: data drawn afresh "
+              "every run, calls whose memory could stand in for the work made in a process of their own, what ran "
+              "read from the modules and tensors themselves). A single mistake costs the points of the property it "
+              "breaks; a property that needs another to be right before it can be observed (\"needs\") is \"not "
+              "judged\", 0 points, with a message that says which to fix first. Every other property is judged "
+              "whatever else is wrong (the rule is in `labutils/checks/properties.py`).", "",
+              "| notebook | graded test | checks that | judged on | why it takes the work | needs | points |",
+              "|---|---|---|---|---|---|---|"]
     lines += [f"| {e.notebook} | `{e.grade_id(p.id)}` | {p.title} | {evidence(e.id, p.id)} | "
+              f"{why(e.id, p.id) or '-'} | "
               f"{', '.join(f'`{e.grade_id(n)}`' for n in needs(e.id, p.id)) or '-'} | {_points(p.points)} |"
               for e in EXERCISES for p in e.properties]
     return "\n".join([_BEGIN, *lines, _END])

@@ -290,3 +290,5 @@ def test_every_property_says_what_it_is_judged_on_and_what_it_needs():
     for (exercise, prop), (evidence, needs) in exercises.EVIDENCE.items():
         assert evidence and prop not in needs
         assert set(needs) <= {p for e, p in properties if e == exercise}, (exercise, prop, needs)
+    assert set(exercises.WHY) == properties  # and why a student who has read the checks cannot fake it (issue 43)
+    assert all(exercises.why(*key) for key in properties)

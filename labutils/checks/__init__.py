@@ -1,10 +1,10 @@
 """Checks for every graded function of the lab: run it on tiny data, trace what it did, say what is wrong and why.
 
 Each check calls the student's function exactly as docs/exercises.md states its contract, on a few dozen random images
-and a tiny SmallCNN, while a :class:`labutils.trace.Tracer` records what the loop did. Then it recomputes what should
-have happened with plain PyTorch (PyTorch is the oracle: the gradient of the mean cross-entropy over the step's batch,
-clipped to ``max_norm``, at the very parameters the loop used) and compares. Nothing is checked textually, so any
-correct way of writing a function passes.
+and a tiny SmallCNN (drawn afresh every run: no answer can be fitted to them), while a :class:`labutils.trace.Tracer`
+records what the loop did. Then it recomputes what should have happened with plain PyTorch (PyTorch is the oracle:
+the gradient of the mean cross-entropy over the step's batch, clipped to ``max_norm``, at the very parameters the loop
+used) and compares. Nothing is checked textually, so any correct way of writing a function passes.
 
 A report names the failing check, the step, what was observed, the student's trace beside the expected order, and
 the fix in one sentence. Checks depend on each other: when one root mistake breaks several (no ``zero_grad`` also makes
@@ -16,8 +16,9 @@ CheckReport, and assert_property (the visible part of a graded test cell).
 
 The modules, shared parts first, then one per exercise in the order of the lab:
 
-- ``world``: the tiny data and model (the contracts are in :mod:`labutils.exercises`); ``calling``: running the
-  student's function safely (``traced_call``) and the skeleton every check follows; ``report``: CheckReport,
+- ``world``: the tiny data and model, drawn afresh every run (the contracts are in :mod:`labutils.exercises`);
+  ``calling``: running the student's function safely (``traced_call``) and the skeleton every check follows;
+  ``apart``: a call made in a forked child, so that nothing it keeps in memory reaches the next; ``report``: CheckReport,
   Failure, the trace beside the expected order; ``evidence``: what a call left behind, as records the grader's judge
   replays (:mod:`autograder.hidden.recheck`).
 - ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in

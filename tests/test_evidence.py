@@ -31,6 +31,7 @@ from autograder.hidden.recheck import Observed, _signature
 from autograder.sandbox import isolation
 
 import mutants
+import stubs
 from autograder_cases import zygote_recheck
 
 
@@ -192,6 +193,16 @@ def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
     apart = judged_apart(variant.exercise, variant.functions)
     assert str(apart) == str(in_place)
     assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place)
+
+
+@pytest.mark.parametrize("cheat", stubs.CHEATS, ids=lambda c: c.name)
+def test_a_cheating_answer_earns_through_the_judge_exactly_what_it_really_does(cheat):
+    """Issue 43: as the grader judges it (an observer that runs it, a judge that never did), each answer of a student
+    who has read the checks earns what it implements and nothing more; its memory-keeping calls run apart in the
+    observer, and their records reach the judge as any other."""
+    report = judged_apart(cheat.exercise, cheat.functions())
+    assert {p for p, v in properties.verdicts(cheat.exercise, report).items() if v.passed} == set(cheat.earns), \
+        str(report)
 
 
 # --- forgers in the observer ------------------------------------------------------------------------------------

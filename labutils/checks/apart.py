@@ -15,6 +15,7 @@ Linux process that never touches CUDA) never.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import random
@@ -44,6 +45,7 @@ def call_apart(fn, args, tracer: Tracer, kwargs: dict, result=None):
     pid = os.fork()
     if pid == 0:  # the child: the call, its record to the parent, and nothing else (never back into the check)
         try:
+            gc.disable()  # a collection would touch every object the fork shares with the parent, copying its pages
             random.setstate(python_random)
             os.close(records)
             sys.stdout = sys.stderr = out = io.StringIO()  # a kernel's streams are its threads': not in a fork

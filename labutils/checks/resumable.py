@@ -206,15 +206,16 @@ def _gpu_case(images, labels, seed: int):
                 on_gpu.tracer(model, optimizer, scheduler, exercise="resume"))
     return build
 
-def _resume_run(fn, images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
-    """One run of the loop, in a process of its own (:mod:`labutils.checks.apart`): nothing it keeps in memory
-    reaches the next run, which finds only what it left on disk."""
+def _resume_run(fn, images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE,
+                apart: bool = False):
+    """One run of the loop; ``apart``: in a process of its own (:mod:`labutils.checks.apart`), so that nothing it
+    keeps in memory reaches the runs after it, which find only what it left on disk."""
     model, optimizer, scheduler, loader = _resume_objects(images, labels, seed)
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
     tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
                     devices=True, outputs=True)
     with _lent_pair(fn):  # lab 6's pair known to be right: the loop alone is judged
-        run = traced_call(fn, args, tracer, {"on_step": log}, apart=True)
+        run = traced_call(fn, args, tracer, {"on_step": log}, apart=apart)
     return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
 
@@ -636,14 +637,17 @@ def check_resume(train_fn) -> CheckReport:
         for d in dirs:
             d.mkdir()
         full_log, crash_log, resumed_log = _OnStep(dirs[0]), _OnStep(dirs[1], R_CRASH_AT), _OnStep(dirs[1])
-        full, final_full = _resume_run(run_fn, images, labels, seed, dirs[0], full_log)
+        # the uninterrupted and the crashing runs each in a process of their own, and the resumed run here, where the
+        # loop never ran before: it finds nothing of them but the disk (the varied run, judged on nothing they could
+        # leave, runs here too)
+        full, final_full = _resume_run(run_fn, images, labels, seed, dirs[0], full_log, apart=True)
         full_names, full_kept = saved(dirs[0]), _kept(dirs[0])
         shutil.rmtree(dirs[0])  # the runs after it find nothing of the run that never stopped, on disk or in memory
         report.trace = full.events
         runs = [(full, "")]
         on_disk, kept = [], {}
         if full.complete:
-            crash, _ = _resume_run(run_fn, images, labels, seed, dirs[1], crash_log)
+            crash, _ = _resume_run(run_fn, images, labels, seed, dirs[1], crash_log, apart=True)
             on_disk, files, kept = saved_steps(dirs[1]), saved(dirs[1]), _kept(dirs[1])
             touched = _touch_older(dirs[1], on_disk)
             resumed, final_resumed = _resume_run(run_fn, images, labels, seed, dirs[1], resumed_log)

@@ -83,13 +83,22 @@ def test_no_limit_the_machines_own_memory_and_cpus(tmp_path):
 
 @pytest.mark.parametrize("limits, requested, tasks, expect", [
     (Limits(0.5, 768, 470, 298, "v1"), None, 9, (1, 1, 250, False)),  # Gradescope's default: one at a time
-    (Limits(2.0, 768, 470, 298, "v1"), None, 9, (1, 2, 250, False)),  # two CPUs, memory for one notebook
-    (Limits(2.0, 768, 470, 298, "v1"), 4, 9, (1, 2, 250, False)),  # -j 4 asked: memory allows one
+    (Limits(2.0, 768, 470, 298, "v1"), None, 9, (1, 1, 250, False)),  # two CPUs, memory for one notebook
+    (Limits(2.0, 768, 470, 298, "v1"), 4, 9, (1, 1, 250, False)),  # -j 4 asked: memory allows one
     (Limits(2.0, 4096, 470, 3626, "v1"), None, 9, (2, 1, 1765, False)),
     (Limits(2.0, None, 3000, 20000, ""), None, 9, (2, 1, 6144, False)),  # capped by the run's --memory-limit
-    (Limits(8.0, None, 3000, 20000, ""), None, 1, (1, 8, 6144, False)),  # one task: one worker, every CPU
+    (Limits(8.0, None, 3000, 20000, ""), None, 1, (1, 1, 6144, False)),  # one task, one worker: threads as for 8
     (Limits(0.5, 768, 600, 168, "v1"), None, 9, (1, 1, 120, True)),  # short: below what an honest notebook needs
 ])
 def test_the_pool_is_sized_by_the_cpu_quota_and_the_free_memory(limits, requested, tasks, expect):
     size = size_pool(limits, requested, tasks, memory_mb=6144)
     assert (size.jobs, size.threads, size.task_memory_mb, size.short) == expect
+
+
+def test_the_torch_threads_depend_on_the_cpus_and_jobs_asked_only():
+    """A float's rounding, so a check's figures (a gradient norm in a message), must not change with how many tasks a
+    run has left (a resumed run, a late student) or how much memory was free: only with the CPUs and -j."""
+    for cpus, requested in ((2.0, None), (2.0, 2), (4.0, 2), (0.5, None)):
+        threads = {size_pool(Limits(cpus, memory, 0, free, "v1" if memory else ""), requested, tasks).threads
+                   for tasks in (1, 2, 9) for memory, free in ((768, 298), (4096, 3626), (None, 20000))}
+        assert len(threads) == 1, (cpus, requested, threads)

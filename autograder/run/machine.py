@@ -202,13 +202,16 @@ def size_pool(limits: Limits, requested: int | None, tasks: int, threads: int | 
     tasks, nor, under a memory limit, than :data:`NOTEBOOK_MB` shares of what the cgroup has free (one at a time when
     memory is short); each task's cgroup may then hold its share (at most ``memory_mb``, the run's per-process
     limit). Without a memory limit the machine's free memory at this moment is other users' as much as ours: the
-    tasks keep ``memory_mb`` and the CPUs alone decide. The CPUs are shared out as torch threads unless ``threads``
-    is given."""
-    jobs = max(1, min(requested or max(1, math.floor(limits.cpus)), tasks or 1))
+    tasks keep ``memory_mb`` and the CPUs alone decide. Torch threads (unless ``threads`` is given): the CPUs shared
+    among the notebooks asked for, not among those that fit now: a float's rounding, so a check's figures, must not
+    depend on how many tasks a run had left or how much memory was free."""
+    asked = requested or max(1, math.floor(limits.cpus))
+    threads = threads or max(1, math.floor(limits.cpus / asked))
+    jobs = max(1, min(asked, tasks or 1))
     task_memory = memory_mb
     if limits.memory_mb is not None:
         jobs = max(1, min(jobs, limits.free_mb // NOTEBOOK_MB))
         share = limits.free_mb // jobs - WORKER_MB
         task_memory = max(64, min(share, memory_mb or share))  # 64: a limit still, never "none" (0)
-    return Sizing(jobs=jobs, threads=threads or max(1, math.floor(limits.cpus / jobs)), task_memory_mb=task_memory,
+    return Sizing(jobs=jobs, threads=threads, task_memory_mb=task_memory,
                   short=task_memory is not None and task_memory < TASK_NEED_MB)

@@ -69,6 +69,8 @@ def server_config() -> dict:
     """The Jupyter server settings of a course folder (:mod:`.serving`): its contents read-only, no kernel, no
     terminal, every page under :data:`autograder.course.sanitize.SERVER_CSP`."""
     return {"ServerApp": {
+        # no kernel, so no language server: jupyter-lsp's autodetection would start node and npm at every start
+        "jpserver_extensions": {"jupyter_lsp": False},
         "contents_manager_class": "autograder.course.serving.ReadOnlyCourse",
         "kernel_manager_class": "autograder.course.serving.NoKernels",
         "terminals_enabled": False,

@@ -114,7 +114,9 @@ def start_lab(cwd: Path, home: Path, *, args: tuple[str, ...] = (), env: dict[st
     port, token = free_port(), secrets.token_hex(16)
     log_path = home / "jupyter-server.log"
     command = [str(VENV_BIN / "jupyter"), "lab", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"]
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               "--ServerApp.jpserver_extensions={'jupyter_lsp': False}"]  # ~1 CPU-s of node and npm per start
+    # jupyter-lsp looks for language servers at every start; no test uses one
     if os.geteuid() == 0:
         command.append("--allow-root")  # this machine runs the tests as root; a student's laptop does not
     with open(log_path, "w") as log:

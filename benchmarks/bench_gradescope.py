@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,8 @@ def main() -> None:
             shutil.copyfile(notebook, root / "submission" / "notebooks" / notebook.name)
         run = gradescope_container.run_autograder(root, memory_mb=args.memory_mb, cpus=args.cpus, timeout=3600,
                                                   env={"LOOPLAB_PYTHON": args.python})
-    sized = next((line.split(";")[0] for line in run.stdout.splitlines() if line.startswith("sized for")), "")
+    sized = next((re.sub(r"; \d+m[\d.]+s since the start$", "", line) for line in run.stdout.splitlines()
+                  if line.startswith("sized for")), "")
     results = run.results or {}
     summary = {"memory_mb": args.memory_mb, "cpus": args.cpus, "torch": version, "exit": run.returncode,
                "score": results.get("score"), "seconds": run.seconds, "peak_mb": run.peak_mb,

@@ -208,7 +208,9 @@ def _export_lms(args) -> int:
               + ", ".join(map(shown, report.no_roster_row)) + "; match them with --mapping FILE", file=sys.stderr)
     for line in report.ambiguous:  # identities one key apart: nothing written for them until the instructor says
         print(f"not written: {shown(line)}", file=sys.stderr)
-    return 1 if report.no_roster_row or report.ambiguous else 0
+    for line in report.not_graded:  # a total would count an ungraded notebook as 0
+        print(f"not written: {shown(line)}", file=sys.stderr)
+    return 1 if report.no_roster_row or report.ambiguous or report.not_graded else 0
 
 
 def _cells(args) -> int:

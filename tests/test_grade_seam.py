@@ -70,7 +70,12 @@ def test_any_executor_feeds_the_same_collect_step(tmp_path):
                                      ("cy", "00_toy", "00_toy.ipynb")]  # dee: nothing to run
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = [(r["student"], r["score"]) for r in csv.DictReader(f)]
-    assert rows == [("ann", "1"), ("bob", "0"), ("cy", "0"), ("dee", "0")]
+    assert rows == [("ann", "1"), ("bob", "0"), ("cy", ""), ("dee", "0")]  # cy's was not graded: no score, not 0
+    from autograder.results.writers.nbgrader_csv import export_grades
+
+    with open(export_grades(tmp_path / "out")) as f:  # the export read back from the record: cy has no total yet
+        assert [(r["student_id"], r["score"]) for r in csv.DictReader(f)] == [
+            ("ann", "1.0"), ("bob", "0.0"), ("cy", ""), ("dee", "0.0")]
     assert not result.complete and result.problems == ["cy/00_toy: not graded: could not be graded: the worker died"]
     cy = json.loads((tmp_path / "out" / "cy.json").read_text())
     assert cy["notebooks"]["00_toy"]["status"] == "error" and "the worker died" in cy["tests"][0]["message"]

@@ -285,6 +285,23 @@ def test_an_excused_canvas_student_keeps_the_excuse(tmp_path):
                             "excuse in Canvas and export the gradebook again"]
 
 
+def test_a_student_with_a_notebook_not_graded_gets_no_total(tmp_path):
+    """A notebook the grader could not grade (its zygote died twice) would count as 0 in the total: nothing is
+    written for that student, the cell stays as the LMS had it, and the report says why."""
+    from autograder.results.record import NotebookRecord
+
+    broken = total("late", 4.5, 5, 1)
+    broken.notebooks.append(NotebookRecord("01_baseline", "error"))
+    (tmp_path / "r.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section,Loop Lab (1)\n"
+                                    "A,1,S1,ontime,A,\nB,2,S2,late,A,2\n")
+    report = lms.fill(lms.read_roster(tmp_path / "r.csv", lms.FORMATS["canvas"]), lms.FORMATS["canvas"],
+                      [TOTALS[3], broken], dest=tmp_path / "o.csv")
+    assert (tmp_path / "o.csv").read_text().endswith("A,1,S1,ontime,A,5\nB,2,S2,late,A,2\n")
+    assert report.written == {"ontime": 5} and report.no_roster_row == []
+    assert report.not_graded == ["late: 01_baseline could not be graded (see their JSON): nothing written; grade "
+                                 "again, then export"]
+
+
 def test_the_roster_reader_agrees_with_pythons_csv_and_writes_back_every_byte():
     """The roster kept as text is read as Python's csv module reads it (the oracle: random texts of quotes,
     delimiters, CR/LF/CRLF, blanks) and written back byte for byte; replacing one cell changes that cell only. A

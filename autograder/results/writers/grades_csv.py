@@ -1,4 +1,5 @@
-"""``grades.csv``: one row per student and notebook, the late columns only when the course has deadlines."""
+"""``grades.csv``: one row per student and notebook (a notebook the grader could not grade has an empty score, not 0:
+its reason is in the student's JSON and the summary), the late columns only when the course has deadlines."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def rows(record: ClassRecord) -> tuple[tuple[str, ...], list[dict]]:
     table = []
     for student in record.students:
         for nb in student.notebooks:
-            row = {"student": student.student, "notebook": nb.notebook, "score": points(nb.score),
+            row = {"student": student.student, "notebook": nb.notebook,
+                   "score": "" if nb.status == "error" else points(nb.score),  # not graded: no score, never a 0
                    "max_score": points(nb.max_score)}
             if record.deadlines:
                 late = nb.late

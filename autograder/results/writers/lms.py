@@ -92,6 +92,7 @@ class ExportReport:
     no_submission: list[str] = field(default_factory=list)  # roster keys with no graded submission
     no_roster_row: list[str] = field(default_factory=list)  # submission ids that are in no roster row
     ambiguous: list[str] = field(default_factory=list)  # clashing submissions or roster rows: nothing written for them
+    not_graded: list[str] = field(default_factory=list)  # students with a notebook not graded: nothing written
     notes: list[str] = field(default_factory=list)
 
 
@@ -202,7 +203,8 @@ def fill(roster: Roster, lms: LmsFormat, totals: list[StudentRecord], *, match: 
     key_column, by_value = _key_column(roster, lms, match, mapping)
     report = ExportReport(dest=dest, column=target)
     at = roster.column(target)
-    scores = _unexcused(roster, lms, at, _match(roster, lms, key_column, by_value, totals, report), report)
+    scores = _graded(_unexcused(roster, lms, at, _match(roster, lms, key_column, by_value, totals, report), report),
+                     report)
     cells = {(i, at): neutralise(score_text(s.score, lms.decimals)) for i, s in scores.items()}
     if totals:
         (_canvas_points if lms.name == "canvas" else _moodle_points)(roster, at, totals[0].max_score, report)
@@ -243,6 +245,18 @@ def _match(roster: Roster, lms: LmsFormat, key_column: str, by_value: dict[str, 
     reached = withheld | set(report.written)
     report.no_roster_row = sorted(t.student for t in totals if t.student not in reached)
     return matched
+
+
+def _graded(scores: dict[int, StudentRecord], report: ExportReport) -> dict[int, StudentRecord]:
+    """``scores`` less the students with a notebook the grader could not grade: their total would count it as 0, so
+    nothing is written for them until it is graded (said, and the export's status says so)."""
+    for i, student in list(scores.items()):
+        failed = [n.notebook for n in student.notebooks if n.status == "error"]
+        if failed:
+            del scores[i], report.written[student.student]
+            report.not_graded.append(f"{student.student}: {', '.join(failed)} could not be graded (see their JSON): "
+                                     "nothing written; grade again, then export")
+    return scores
 
 
 def _unexcused(roster: Roster, lms: LmsFormat, at: int, scores: dict[int, StudentRecord], report: ExportReport

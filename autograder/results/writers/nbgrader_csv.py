@@ -21,13 +21,18 @@ FIELDS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "firs
 
 def rows(record: ClassRecord) -> list[dict]:
     """One row per student, as nbgrader's export writes it (points as floats; its timestamp: when the last notebook
-    came in)."""
+    came in); a student with a notebook the grader could not grade has no points yet, not 0."""
     return [{"assignment": record.assignment, "duedate": record.duedate or "",
              "timestamp": _as_nbgrader(s.handed_in_at), "student_id": s.student, "last_name": s.last_name,
-             "first_name": s.first_name, "email": s.email, "raw_score": float(s.raw_score),
-             "late_submission_penalty": float(s.late_penalty), "score": float(s.score),
-             "max_score": float(s.max_score)}
+             "first_name": s.first_name, "email": s.email, **_points(s), "max_score": float(s.max_score)}
             for s in record.students]
+
+
+def _points(student) -> dict:
+    if not student.graded:
+        return dict.fromkeys(("raw_score", "late_submission_penalty", "score"), "")
+    return {"raw_score": float(student.raw_score), "late_submission_penalty": float(student.late_penalty),
+            "score": float(student.score)}
 
 
 def _as_nbgrader(when: str | None) -> str:

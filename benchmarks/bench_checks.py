@@ -1,6 +1,7 @@
 """What tracing costs a training step, and how long each check takes.
 
     .venv/bin/python benchmarks/bench_checks.py [--steps 5] [--repeats 15]
+    .venv/bin/python benchmarks/bench_checks.py --check-cpu 7 [checkpoint resume ...]
 
 1. Overhead: the default SmallCNN at batch 128 (the lab's real setting) trained with zero_grad, forward, backward,
    clip_grad_norm_, step and a scheduler, with and without a :class:`labutils.trace.Tracer` attached. Short blocks of
@@ -9,12 +10,17 @@
    the default threads (2 on the lab's laptops), which a busy machine makes noisy. Target: <= 10%.
 2. Check times: every check run on the correct variants of the mutation corpus. Target: each under 5 s on 2 cores.
 
+``--check-cpu RUNS``: instead, the CPU seconds of one check run on each exercise's canonical answer (the median of
+RUNS, after one warm-up), this process's and its forked children's together (labs 6 and 7 fork), on 1 torch thread:
+what a check costs a busy machine, which wall time hides.
+
 Exits non-zero when a target is missed.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -82,13 +88,45 @@ def measure_checks() -> dict[str, float]:
     return times
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU time and that of its children waited for (a check's forks)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measure_check_cpu(runs: int, exercise_ids: list[str]) -> dict[str, list[float]]:
+    """Exercise id -> the CPU seconds of each of ``runs`` check runs on its canonical answer (after one warm-up)."""
+    from mutants import CORRECT, run_check
+
+    torch.set_num_threads(1)
+    seconds = {}
+    for variant in (v for v in CORRECT if v.name.endswith("_canonical")):
+        if exercise_ids and variant.exercise not in exercise_ids:
+            continue
+        run_check(variant)
+        seconds[variant.exercise] = []
+        for _ in range(runs):
+            start = _cpu_seconds()
+            report = run_check(variant)
+            seconds[variant.exercise].append(_cpu_seconds() - start)
+            assert report.passed, str(report)
+    return seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check-cpu", type=int, metavar="RUNS", help="only the CPU seconds of each check (median)")
+    parser.add_argument("exercises", nargs="*", help="with --check-cpu: these exercises only (default: all)")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed block")
     parser.add_argument("--repeats", type=int, default=15, help="blocks per mode (alternating)")
     parser.add_argument("--max-overhead", type=float, default=0.10, help="fail above this fraction")
     parser.add_argument("--max-check-seconds", type=float, default=5.0)
     args = parser.parse_args()
+    if args.check_cpu:
+        for exercise_id, seconds in measure_check_cpu(args.check_cpu, args.exercises).items():
+            print(f"check of {exercise_id:<14} median {statistics.median(seconds):.3f} CPU-s over {len(seconds)} runs "
+                  f"(min {min(seconds):.3f}, max {max(seconds):.3f}), self and children")
+        return 0
 
     print(f"torch {torch.__version__}; SmallCNN() at batch 128, {args.repeats} alternating blocks of {args.steps} "
           "steps, per step:")

@@ -471,13 +471,13 @@ WHY: dict[tuple[str, str], str] = {
                               "renamed onto itself, shows",
     ("checkpoint", "complete"): "values, not keys: placeholders or another run's state fail, and the states are "
                                 "fresh every run",
-    ("checkpoint", "restore"): "the save runs in a forked child: a load that restores from memory (a module's "
+    ("checkpoint", "restore"): "the saves run in a forked child: a load that restores from memory (a module's "
                                "cache) finds nothing there, only the file",
     ("checkpoint", "return_step"): "a step kept in memory is not in the process that loads; the step is read from "
                                    "the file",
     ("checkpoint", "scaler_none"): "as restore: only the file carries the state",
     ("resume", "saves"): "the files' contents are compared: an empty file by the right name is no checkpoint",
-    ("resume", "resumes"): "every run is a process of its own: only the disk carries the state to the next",
+    ("resume", "resumes"): "the resumed run runs where the loop never ran: only the disk carries the state to it",
     ("resume", "mid_epoch"): "the loader's order is drawn afresh every run",
     ("resume", "exact"): "the uninterrupted run's memory and folder are gone before the resumed run starts, and "
                          "every step must match, not only the end",

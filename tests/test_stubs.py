@@ -46,6 +46,47 @@ def test_a_cheating_answer_earns_exactly_what_it_really_does(cheat):
     assert earned == set(cheat.earns), str(report)
 
 
+def test_the_numbers_a_failure_message_prints_fit_no_other_run():
+    """Messages say the numbers the check expected (a student learns from them). They are that run's own: handed
+    back by its first call, they pass it. Every run draws fresh data, and a check's second call other data again, so
+    an evaluate that returns what a message printed earns nothing, in that run or the next."""
+    import re
+
+    from labutils.checks import world
+    from mutants import correct
+
+    def evaluate(model, loader, device, numbers=(0.0, 0.0), then=None, calls=None):
+        """Every batch through the model in eval mode, then ``numbers``; from its second call on, ``then``."""
+        if calls is not None:
+            calls.append(1)
+            if len(calls) > 1:
+                return then(model, loader, device)
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            for x, _ in loader:
+                model(x.to(device))
+        model.train(was_training)
+        return numbers
+
+    def loss_and_accuracy(report):
+        verdicts = properties.verdicts("evaluate", report)
+        return verdicts["loss"].passed, verdicts["accuracy"].passed
+
+    with world.seeded(1):
+        printed = tuple(float(n) for n in re.findall(r"over the whole loader is ([0-9]+\.[0-9]+)",
+                                                     str(checks.check_evaluate(evaluate))))
+    assert len(printed) == 2, printed  # the loss, then the accuracy
+    with world.seeded(1):  # the printed numbers are the first call's own (the check's tolerance holds them)
+        report = checks.check_evaluate(functools.partial(evaluate, numbers=printed, then=correct.evaluate_canonical,
+                                                         calls=[]))
+    assert loss_and_accuracy(report) == (True, True), str(report)
+    for seed in (1, 2):  # the run the message came from (its second call has other data), and the next run
+        with world.seeded(seed):
+            report = checks.check_evaluate(functools.partial(evaluate, numbers=printed))
+        assert loss_and_accuracy(report) == (False, False), str(report)
+
+
 def test_every_root_cause_of_issue_43_has_a_cheating_answer():
     causes = {"structure", "memory", "predictable", "dummy", "later_calls", "patched", "word"}
     assert {c.cause for c in stubs.CHEATS} == causes

@@ -69,10 +69,7 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool 
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
         return _recorded(role.record(args, kwargs), tracer)
     if apart:
-        from . import apart as _apart
-
-        if _apart.possible():
-            return _apart.call_apart(fn, args, tracer, kwargs, result)
+        return traced_calls([(fn, args, tracer, kwargs, result)], apart=True)[0]
     run = TracedCall(tracer.events, moves=tracer.moves)
     with tracer:
         try:
@@ -143,6 +140,26 @@ def broken_message(what: str, exc: BaseException) -> str:
     return (f"could not check {what}: the check failed inside itself ({type(exc).__name__}{where}: {text}){running}. "
             "That is a bug of the check, not a mistake it found in your code; until it is fixed it cannot judge "
             "this, so it earns no points: tell your instructor.")
+
+
+def traced_calls(calls: list[tuple], apart: bool = False, rng: list | None = None) -> list[TracedCall]:
+    """Each of ``calls`` (``(fn, args, tracer, kwargs, result)``), one after another; ``apart``: all of them in one
+    process of their own (:mod:`labutils.checks.apart`), so nothing they keep in memory reaches the calls judged
+    after them. ``rng``: the random streams each call starts from (:func:`evidence.rng_state`; None: as they are).
+    The grader's judge replays them in order, as any calls (a record carries the streams a call left)."""
+    from . import apart as _apart
+
+    starts = rng or [None] * len(calls)
+    if isinstance(evidence.ROLE, evidence.Judge):
+        return [traced_call(fn, args, tracer, kwargs, result=result) for fn, args, tracer, kwargs, result in calls]
+    if apart and _apart.possible():
+        return _apart.calls_apart(calls, starts)
+    runs = []
+    for (fn, args, tracer, kwargs, result), start in zip(calls, starts):
+        if start is not None:
+            evidence.set_rng_state(start)
+        runs.append(traced_call(fn, args, tracer, kwargs, result=result))
+    return runs
 
 
 class ObservedError(Exception):

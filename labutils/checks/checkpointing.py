@@ -17,8 +17,8 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer, file_digest
-from .calling import (TracedCall, _show, call_failure, could_not_check, exception_failure, isolated, judge_call,
-                      new_report, scratch, traced_call)
+from .calling import (TracedCall, _show, call_failure, could_not_check, isolated, judge_call, new_report, scratch,
+                      traced_call, traced_calls)
 from .report import CheckReport, Failure, NotJudged, _beside, later_run
 from .world import INIT_SCALE, _images, _tiny_model, run_seed
 
@@ -360,51 +360,90 @@ CKPT_STAGES = (
 )
 
 
-def _without_scaler(save_fn, load_fn, batches, folder: Path, seed: int) -> str | None:
-    """The contract allows scaler=None: saving and loading must work then too."""
-    a = _ckpt_objects(seed, scaler=False)
-    _train_steps(a, batches)
-    path = folder / "no-scaler.pt"
+@dataclass
+class _Save:
+    """One save the check makes: the objects it saves (trained on the check's batches), where, at which step, and
+    the call once made."""
+
+    objects: _Objects
+    path: Path | str
+    step: int
+    tracer: Tracer
+    call: TracedCall | None = None
+
+    def args(self) -> tuple:
+        o = self.objects
+        return (self.path, o.model, o.optimizer, o.scheduler, o.scaler, self.step)
+
+
+def _saves(tmp: Path, seed: int, batches, path: Path, step: int) -> list[_Save]:
+    """The check's three saves, ready to be made: the main one (watched for the atomic write), one with
+    scaler=None, and one with the second step and a str path in a sub-folder. Each one's objects are made and
+    trained right before the next's; the main one's last, so the random streams at its save are those its own
+    training left."""
     forbidden = exercises.FORBIDDEN["checkpoint"]
-    save = traced_call(save_fn, (path, a.model, a.optimizer, a.scheduler, None, 2), Tracer(forbidden=forbidden),
-                       apart=True)
-    if save.error is not None:
-        return exception_failure("save_checkpoint", save_fn, save.error, " with scaler=None").message
+    varied = _ARGS.varied()
+    (tmp / "varied" / varied["path"]).parent.mkdir(parents=True, exist_ok=True)
+    plans = [(seed + 2, False, batches[:2], tmp / "no-scaler.pt", 2, Tracer(forbidden=forbidden)),
+             (seed + 4, True, batches[:3], str(tmp / "varied" / varied["path"]), varied["step"],  # a str path too
+              Tracer(forbidden=forbidden)),
+             (seed, True, batches[:3], path, step, Tracer(files=True, watch=[path], forbidden=forbidden))]
+    saves = []
+    for s, scaler, trained, where, at, tracer in plans:
+        objects = _ckpt_objects(s, scaler=scaler)
+        _train_steps(objects, trained)
+        saves.append(_Save(objects, where, at, tracer))
+    return [saves[2], saves[0], saves[1]]  # the main save first: it starts from the streams the check left
+
+
+def _make_saves(save_fn, saves: list[_Save]) -> None:
+    """Make ``saves`` one after another in one process of their own (labutils.checks.apart): the loads of the check
+    then run where no save ever ran, so only the files can restore. One process for the three: a fork costs more
+    than a save."""
+    runs = traced_calls([(save_fn, s.args(), s.tracer, None, None) for s in saves], apart=True)
+    for save, run in zip(saves, runs):
+        save.call = run
+
+
+def _without_scaler(save_fn, load_fn, save: _Save, seed: int) -> str | None:
+    """The contract allows scaler=None: saving and loading must work then too."""
+    a, path = save.objects, Path(save.path)
+    stopped = call_failure("save_checkpoint", save_fn, save.call, " with scaler=None")
+    if stopped:
+        return stopped.message
     b = _ckpt_objects(seed + 1, scaler=False)
     if not path.exists():
         return NotJudged("with scaler=None, save_checkpoint wrote no file")
-    load = traced_call(load_fn, (path, b.model, b.optimizer, b.scheduler, None), Tracer(forbidden=forbidden))
-    if load.error is not None:
-        return exception_failure("load_checkpoint", load_fn, load.error, " with scaler=None").message
+    load = traced_call(load_fn, (path, b.model, b.optimizer, b.scheduler, None),
+                       Tracer(forbidden=exercises.FORBIDDEN["checkpoint"]))
+    stopped = call_failure("load_checkpoint", load_fn, load, " with scaler=None")
+    if stopped:
+        return stopped.message
     if compare_states(a.model.state_dict(), b.model.state_dict()):
         return "with scaler=None, load_checkpoint did not restore the model's weights."
     return None
 
 
-def _varied(save_fn, load_fn, batches, folder: Path, seed: int) -> Failure | None:
+def _varied(save_fn, load_fn, save: _Save, folder: Path, seed: int) -> Failure | None:
     """Save and load once more with the second step and a str path in a sub-folder: a pair that writes a name or a
     step of its own shows here."""
-    varied = _ARGS.varied()
-    step, name = varied["step"], varied["path"]
-    path = folder / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    a = _ckpt_objects(seed)
-    _train_steps(a, batches)
-    forbidden, given = exercises.FORBIDDEN["checkpoint"], f" with step={step}, path={str(path)!r}"
-    save = traced_call(save_fn, (str(path), a.model, a.optimizer, a.scheduler, a.scaler, step),
-                       Tracer(forbidden=forbidden), apart=True)
-    if save.error is not None:
-        return exception_failure("save_checkpoint", save_fn, save.error, given)
+    step, path = save.step, Path(save.path)
+    given = f" with step={step}, path={str(path)!r}"
+    stopped = call_failure("save_checkpoint", save_fn, save.call, given)
+    if stopped:
+        return stopped
     if not path.exists():
         written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
         return Failure("contents", f"save_checkpoint did not write the path={str(path)!r} it was given (the folder "
                        f"holds {written or 'nothing'}): save to path itself.")
-    if _ck_loadable(CkptCtx(path, save)):  # the loadable property's mistake, which the first save showed already
+    if _ck_loadable(CkptCtx(path, save.call)):  # the loadable property's mistake, which the first save showed already
         return Failure("loadable", f"torch.load(path, weights_only=True) cannot read the checkpoint{given}.")
     b = _ckpt_objects(seed + 1)
-    load = traced_call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler), Tracer(forbidden=forbidden))
-    if load.error is not None:
-        return exception_failure("load_checkpoint", load_fn, load.error, given)
+    load = traced_call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler),
+                       Tracer(forbidden=exercises.FORBIDDEN["checkpoint"]))
+    stopped = call_failure("load_checkpoint", load_fn, load, given)
+    if stopped:
+        return stopped
     if not (isinstance(load.result, numbers.Integral) and not isinstance(load.result, bool) and load.result == step):
         return Failure("return_value", f"load_checkpoint returned {_show(load.result)}, not the step={step} that "
                        f"save_checkpoint was given: save the step argument and return what was saved.")
@@ -424,12 +463,12 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     with isolated(), scratch() as tmp:
         torch.manual_seed(seed)
         batches = [(normalize(_images(4, seed + i)), torch.randint(0, 10, (4,))) for i in range(6)]
-        a = _ckpt_objects(seed)
-        _train_steps(a, batches[:3])
-        c = CkptCtx(Path(tmp) / _ARGS.argument("path").values[0], save=TracedCall([]), saved=_state_of(a))
-        # saved in a process of its own: the loads below run where no save ever ran, so only the file can restore
-        c.save = traced_call(save_fn, (c.path, a.model, a.optimizer, a.scheduler, a.scaler, c.step),
-                             Tracer(files=True, watch=[c.path], forbidden=forbidden), apart=True)
+        path = Path(tmp) / _ARGS.argument("path").values[0]
+        saves = _saves(Path(tmp), seed, batches, path, _ARGS.argument("step").values[0])
+        a = saves[0].objects
+        c = CkptCtx(path, save=TracedCall([]), saved=_state_of(a))  # as the saves find them
+        _make_saves(save_fn, saves)
+        c.save = saves[0].call
         report.trace = c.save.events
         stopped = call_failure("save_checkpoint", save_fn, c.save)
         if stopped:
@@ -444,10 +483,10 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
             c.loaded = _state_of(b)
             _train_steps(b, batches[3:])
             c.final_b = _state_of(b)
-        c.none_problem = _without_scaler(save_fn, load_fn, batches[:2], Path(tmp), seed + 2)
+        c.none_problem = _without_scaler(save_fn, load_fn, saves[1], seed + 2)
         judge_call(report, "load_checkpoint", load_fn, c.load, CKPT_STAGES, c, names)
         # the step and path it must honour, at their second values, whatever the first run showed
-        varied = _varied(save_fn, load_fn, batches[:3], Path(tmp) / "varied", seed + 4)
+        varied = _varied(save_fn, load_fn, saves[2], Path(tmp) / "varied", seed + 4)
     with later_run(report):
         report.failures += [varied] if varied else []
     return report

@@ -28,7 +28,7 @@ from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, current, mark_batches, mode_words
 from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report,
-                      reference_failure, scratch, traced_call)
+                      reference_failure, scratch, traced_calls)
 from . import evidence, on_gpu
 from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
 from .world import BATCH, DEVICE, MAX_EVENTS, _images, _match, _tiny_model, run_seed
@@ -206,17 +206,30 @@ def _gpu_case(images, labels, seed: int):
                 on_gpu.tracer(model, optimizer, scheduler, exercise="resume"))
     return build
 
-def _resume_run(fn, images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE,
-                apart: bool = False):
-    """One run of the loop; ``apart``: in a process of its own (:mod:`labutils.checks.apart`), so that nothing it
-    keeps in memory reaches the runs after it, which find only what it left on disk."""
+def _resume_case(images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE) -> tuple:
+    """One run of the loop as the check makes it: (its arguments, its tracer, its keyword arguments, the random
+    streams it starts from: those right after its objects were made, as if made right before it)."""
     model, optimizer, scheduler, loader = _resume_objects(images, labels, seed)
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
     tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
                     devices=True, outputs=True)
+    return args, tracer, {"on_step": log}, evidence.rng_state()
+
+
+def _resume_runs(fn, cases: list[tuple], apart: bool = False) -> list[tuple]:
+    """The runs of ``cases`` one after another, (the run, its final state) each; ``apart``: all in one process of
+    their own (:mod:`labutils.checks.apart`), so nothing they keep in memory reaches the runs after them, which find
+    only what they left on disk. Several runs share that process: one fork costs more than a run."""
     with _lent_pair(fn):  # lab 6's pair known to be right: the loop alone is judged
-        run = traced_call(fn, args, tracer, {"on_step": log}, apart=apart)
-    return run, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        runs = traced_calls([(fn, args, tracer, kwargs, None) for args, tracer, kwargs, _ in cases], apart=apart,
+                            rng=[start for *_, start in cases])
+    return [(run, {"model": args[0].state_dict(), "optimizer": args[1].state_dict()})
+            for run, (args, *_) in zip(runs, cases)]
+
+
+def _resume_run(fn, images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs=R_EPOCHS, device=DEVICE):
+    """One run of the loop, here."""
+    return _resume_runs(fn, [_resume_case(images, labels, seed, ckpt_dir, log, epochs, device)])[0]
 
 
 def _kept(ckpt_dir: Path) -> dict:
@@ -637,17 +650,19 @@ def check_resume(train_fn) -> CheckReport:
         for d in dirs:
             d.mkdir()
         full_log, crash_log, resumed_log = _OnStep(dirs[0]), _OnStep(dirs[1], R_CRASH_AT), _OnStep(dirs[1])
-        # the uninterrupted and the crashing runs each in a process of their own, and the resumed run here, where the
-        # loop never ran before: it finds nothing of them but the disk (the varied run, judged on nothing they could
-        # leave, runs here too)
-        full, final_full = _resume_run(run_fn, images, labels, seed, dirs[0], full_log, apart=True)
+        # the uninterrupted and the crashing runs in a process of their own, and the resumed run here, where the loop
+        # never ran before: it finds nothing of them but the disk (the varied run, judged on nothing they could
+        # leave, runs here too). The crashing run may find the uninterrupted one in memory: nothing it could not make
+        # itself from the same data and seed, and what it leaves for the resumed run is judged on disk either way
+        (full, final_full), (crash, _) = _resume_runs(run_fn, [
+            _resume_case(images, labels, seed, dirs[0], full_log),
+            _resume_case(images, labels, seed, dirs[1], crash_log)], apart=True)
         full_names, full_kept = saved(dirs[0]), _kept(dirs[0])
-        shutil.rmtree(dirs[0])  # the runs after it find nothing of the run that never stopped, on disk or in memory
+        shutil.rmtree(dirs[0])  # the runs made here find nothing of the run that never stopped, on disk or in memory
         report.trace = full.events
         runs = [(full, "")]
         on_disk, kept = [], {}
         if full.complete:
-            crash, _ = _resume_run(run_fn, images, labels, seed, dirs[1], crash_log, apart=True)
             on_disk, files, kept = saved_steps(dirs[1]), saved(dirs[1]), _kept(dirs[1])
             touched = _touch_older(dirs[1], on_disk)
             resumed, final_resumed = _resume_run(run_fn, images, labels, seed, dirs[1], resumed_log)

@@ -3,9 +3,10 @@
 Why one module: the journal of a grading run, the handout zip, a notebook's numbers for ``make lab`` and the
 decompressed dataset are all read by something that may start while they are written, or after a crash in the middle
 of writing them. ``os.replace`` within one folder is atomic, so a reader sees the old file or the new one, never half.
-(Lab 6 teaches the same recipe for checkpoints, so lab 6's check refuses a save that hands its write to this module,
-``labutils.exercises.FORBIDDEN``; the reference's checkpoints, ``labutils/reference/checkpoint.py``, keep a writer of
-their own, which also locks its temp files so that a crash's leftovers can be recognised and removed.)
+(Lab 6 teaches the same recipe for checkpoints, so lab 6's check refuses a save that hands its write to this module:
+its exercise's ``forbidden`` in :mod:`labutils.exercises`; the reference's checkpoints,
+``labutils/reference/checkpoint.py``, keep a writer of their own, which also locks its temp files so that a crash's
+leftovers can be recognised and removed.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import inspect
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # plain data only (no torch import): the grader reads this file too
@@ -90,12 +90,25 @@ class Argument:
 
 @dataclass(frozen=True)
 class Property:
-    """One graded test: ``title`` completes "Check that ...", ``checks`` are the failure ids that cost its points."""
+    """One graded test: ``title`` completes "Check that ...", ``checks`` are the failure ids that cost its points.
+
+    ``evidence`` is what it is judged on: evidence a do-nothing or constant answer cannot produce
+    (tests/test_stubs.py holds it to do-nothing answers). ``why`` says why a student who has read the checks cannot
+    produce that evidence without the work (issue 43): not by a constant (every check run draws fresh data:
+    labutils.checks.world), not by a cache (a call whose memory could stand in for the work runs in a process of its
+    own: labutils.checks.apart), not by a patched query (modes, autograd and autocast are read from the modules and
+    tensors themselves, forbidden helpers by their code: labutils.trace). ``needs`` are the other properties of the
+    same exercise whose mistake leaves this one "not judged" (0 points, with "fix ... first"); every other property
+    is judged whatever else is wrong (tests/test_checks.py holds them to the mutant corpus: a property a single
+    mistake leaves unjudged must name it here)."""
 
     id: str
     points: float
     title: str
     checks: tuple[str, ...]
+    evidence: str
+    why: str
+    needs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,9 @@ class Exercise:
     check_args: tuple  # its arguments after the student's function(s)
     arguments: tuple[Argument, ...]
     properties: tuple[Property, ...]
+    # the lab's own implementations the graded function must not hand its work to ("module:function"): the check's
+    # tracer stops a call to one, however it was reached, and names it
+    forbidden: tuple[str, ...]
 
     @property
     def name(self) -> str:
@@ -154,8 +170,12 @@ class Exercise:
 
 @dataclass(frozen=True)
 class Notebook:
+    """A notebook of the lab: what the grader needs to order it, and its run settings (``lesson.start(id)``)."""
+
     id: str
     cost: float  # grading time relative to 01_baseline (measured): the grader starts the slowest first
+    config: dict = field(default_factory=dict)  # its LabConfig settings in full mode
+    fast: dict = field(default_factory=dict)  # what its fast modes (smoke, grade) change beyond labutils.lesson.FAST
 
 
 # --- the contracts ---------------------------------------------------------------------------------------------------
@@ -180,10 +200,18 @@ _LOOP = ("train_mode", "grad_enabled", "batches", "order", "zero_grad", "gradien
 _RETURNS = ("return_value", "mean_loss", "per_sample", "loss_graph")
 _SCHEDULER = ("scheduler", "scheduler_order")
 
+# why a property's evidence takes the work, where many say the same
+_FRESH = "fresh data and weights every run: a constant or a number copied from another run's message is wrong"
+_TRACED = "as the loop's own evidence: fresh data, the loop's own objects traced, every run judged"
+
+_REFERENCE_LOOP = ("labutils.reference.loop:train_one_epoch", "labutils.reference.loop:fit",
+                   "labutils.reference.loop:optimizer_step")
+
 
 def _train(exercise, notebook, params, returns, contract, arguments, properties) -> Exercise:
     fn = Function("train_one_epoch", _TRAIN + params + ("device",), returns, contract)
-    return Exercise(exercise, notebook, (fn,), "train:check_train_one_epoch", (exercise,), arguments, properties)
+    return Exercise(exercise, notebook, (fn,), "train:check_train_one_epoch", (exercise,), arguments, properties,
+                    forbidden=_REFERENCE_LOOP)
 
 
 EXERCISES: tuple[Exercise, ...] = (
@@ -193,53 +221,103 @@ EXERCISES: tuple[Exercise, ...] = (
         "normalize:check_normalize", (),
         (Argument("images", (6, 11), "shape_dtype", "how many images (N)"),),
         (Property("shape_dtype", 1, "normalize_images returns a float32 tensor of shape (N, 1, 28, 28) for N images",
-                  ("return_value",)),
+                  ("return_value",),
+                  evidence="the tensor returned for N images at two sizes (both always tried): its shape and dtype",
+                  why="both sizes are always tried: a shape fixed in advance fails one; the lab's normalize raises "
+                      "under any name it is called by"),
          Property("values", 1, "normalize_images computes (images / 255 - MEAN) / STD and leaves its input alone",
-                  ("values",)))),
+                  ("values",),
+                  evidence="every returned value against the formula on the same images (drawn afresh each run), "
+                           "and the input unchanged; a constant result is refused",
+                  why=f"{_FRESH}; a constant tensor is refused", needs=("shape_dtype",))),
+        forbidden=("labutils.data:normalize",)),
     _train("baseline", "01_baseline", (), "float",
            f"{_EPOCH}; per batch: clear grads, forward, loss, backward, step; returns mean training loss; puts the "
            "model in train mode at the start",
            (_device("steps"),),
            (Property("train_mode", 1, "train_one_epoch puts the model in train mode before training",
-                     ("train_mode",)),
+                     ("train_mode",),
+                     evidence="every module's own mode at every training forward, in a loop whose forwards reach "
+                              "backward and an optimizer step",
+                     why="read from each module itself, not the top module's flag or a query a function can patch "
+                         "for its call; a forward that trains nothing shows nothing", needs=("steps",)),
             Property("steps", 1, "train_one_epoch clears, backpropagates and steps once per batch, on every batch",
-                     ("grad_enabled", "batches", "order", "zero_grad", "device")),
+                     ("grad_enabled", "batches", "order", "zero_grad", "device"),
+                     evidence="the traced order of zero_grad, forward, backward and step on every batch",
+                     why="the optimizer's and parameters' own hooks see every clear, backward and step; autograd is "
+                         "read from the forward's outputs, not from torch.is_grad_enabled"),
             Property("gradient", 1, "train_one_epoch steps with the gradient of the batch's mean cross-entropy",
-                     ("gradient", "softmax")),
+                     ("gradient", "softmax"),
+                     evidence="the gradient each step used, against the batch's mean cross-entropy gradient computed "
+                              "from the same weights",
+                     why=f"PyTorch recomputes each step's gradient at the loop's own weights; {_FRESH}",
+                     needs=("steps",)),
             Property("mean_loss", 1, "train_one_epoch returns the epoch's per-sample mean loss as a float",
-                     _RETURNS))),
+                     _RETURNS,
+                     evidence="the returned number against the per-sample mean of the losses the traced forwards "
+                              "produced, in a loop that steps",
+                     why=f"{_FRESH}; a loop that never steps earns nothing", needs=("steps",)))),
     Exercise("evaluate", "01_baseline", (Function(
         "evaluate", ("model", "loader", "device"), "tuple[float, float]",
         "(mean per-sample loss, accuracy in [0, 1]); eval mode + `no_grad`/`inference_mode`; leaves the model in "
         "train mode afterwards"),), "evaluate:check_evaluate", (),
         (_device("loss"),),
-        (Property("eval_mode", 1, "evaluate runs every forward in eval mode", ("eval_mode",)),
+        (Property("eval_mode", 1, "evaluate runs every forward in eval mode", ("eval_mode",),
+                  evidence="every module's own mode at every forward, on an evaluation of every batch of the loader",
+                  why="read from each module itself, not the top module's flag; one forward of a made-up image is "
+                      "no evaluation of the loader"),
          Property("no_grad", 1, "evaluate runs its forwards without autograd (no_grad or inference_mode)",
-                  ("no_grad",)),
+                  ("no_grad",),
+                  evidence="what the layers' outputs are at every forward (no graph: nothing requires grad), on an "
+                           "evaluation of every batch",
+                  why="read from the tensors the layers produced, which a patched torch.is_grad_enabled does not "
+                      "change"),
          Property("loss", 0.5, "evaluate returns the per-sample mean loss over every batch of the loader",
-                  ("return_value", "loss", "per_sample", "softmax", "batches", "device")),
+                  ("return_value", "loss", "per_sample", "softmax", "batches", "device"),
+                  evidence="the returned loss against the cross-entropy of the logits the function's own forwards "
+                           "produced, every batch of the loader run",
+                  why=f"{_FRESH} (the second call gets other data: a first call's numbers handed back are wrong); a "
+                      "batch the function never ran is no evidence"),
          Property("accuracy", 0.5, "evaluate returns the per-sample accuracy as a fraction in [0, 1]",
-                  ("return_value", "accuracy")),
-         Property("restore_mode", 1, "evaluate leaves the model in train mode afterwards", ("restore_mode",)))),
+                  ("return_value", "accuracy"),
+                  evidence="the returned accuracy against the argmax of the logits the function's own forwards "
+                           "produced",
+                  why=f"{_FRESH} (even how many images and which are wrong are drawn per run)"),
+         Property("restore_mode", 1, "evaluate leaves the model in train mode afterwards", ("restore_mode",),
+                  evidence="every module's mode after a call that evaluated the whole loader (it comes in train "
+                           "mode)",
+                  why="read from each module itself, after a whole evaluation")),
+        forbidden=("labutils.evaluation:evaluate", "labutils.reference.loop:evaluate", "labutils.reference.loop:fit")),
     _train("scheduler", "02_scheduler", ("scheduler",), "float",
            "as 01, plus `scheduler.step()` once after every `optimizer.step()` (`scheduler` is always given)",
            (_device("loop"),),
            (Property("loop", 1, "train_one_epoch keeps lab 1's loop: order, gradient, mean loss",
-                     _LOOP + _RETURNS),
+                     _LOOP + _RETURNS,
+                     evidence="lab 1's evidence, traced on this loop", why=_TRACED),
             Property("scheduler_order", 1, "train_one_epoch calls scheduler.step() after optimizer.step(), not "
-                                           "before", ("scheduler_order",)),
+                                           "before", ("scheduler_order",),
+                     evidence="the traced position of every scheduler.step() against optimizer.step()",
+                     why="the calls are seen on the very scheduler and optimizer the loop was handed"),
             Property("scheduler_every_step", 1, "train_one_epoch steps the scheduler exactly once per optimizer "
-                                                "step", ("scheduler",)))),
+                                                "step", ("scheduler",),
+                     evidence="the learning rate of every step against the schedule's, at two schedule lengths",
+                     why="the learning rates are the optimizer's own at every step, at two schedule lengths"))),
     _train("clipping", "03_clipping", ("scheduler", "max_norm"), "tuple[float, list[float]]",
            "as 02, plus `clip_grad_norm_(model.parameters(), max_norm)` (L2: the default norm_type) between backward "
            "and step; returns (mean loss, pre-clip global norm of every optimizer step as floats)",
            (_max_norm("clip"), _device("loop")),
            (Property("loop", 1, "train_one_epoch keeps lab 2's loop: order, gradient, scheduler, mean loss",
-                     _LOOP + _RETURNS + _SCHEDULER),
+                     _LOOP + _RETURNS + _SCHEDULER,
+                     evidence="lab 2's evidence, traced on this loop", why=_TRACED),
             Property("clip", 1, "train_one_epoch clips the gradient's global norm to max_norm between backward and "
-                                "step", ("clip",)),
+                                "step", ("clip",),
+                     evidence="the gradient each step used, against the clipped gradient at two max_norm values",
+                     why="recomputed from each step's own gradient at both max_norm values, both always tried: a "
+                         "number of its own fails one"),
             Property("norms", 1, "train_one_epoch returns the pre-clip norm of every optimizer step as floats",
-                     ("norms",)))),
+                     ("norms",),
+                     evidence="the returned list against the pre-clip norm of every step whose gradient matched",
+                     why=_FRESH))),
     _train("accumulation", "04_accumulation", ("scheduler", "max_norm", "accum_steps"), "tuple[float, list[float]]",
            "loss divided by `accum_steps` (or the window's summed gradients, before clipping); one clip + optimizer "
            "step + scheduler step per `accum_steps` micro-batches, after the window's last backward; "
@@ -247,16 +325,31 @@ EXERCISES: tuple[Exercise, ...] = (
            "norm per optimizer step",
            (Argument("accum_steps", (2, 3), "window"), _max_norm("loop"), _device("loop")),
            (Property("loss_divided", 1, "train_one_epoch averages each window's gradients (its loss or its "
-                                        "gradients divided by accum_steps)", ("loss_divided",)),
+                                        "gradients divided by accum_steps)", ("loss_divided",),
+                     evidence="the gradient of each optimizer step against the window's averaged gradient (or each "
+                              "micro-batch's, where a clip ran inside the window)",
+                     why=f"recomputed from the window's own micro-batches; {_FRESH}"),
             Property("window", 1, "train_one_epoch accumulates accum_steps micro-batches into each optimizer step",
-                     ("accumulation",)),
-            Property("trailing", 0.5, "train_one_epoch also steps the trailing partial window", ("trailing",)),
+                     ("accumulation",),
+                     evidence="the micro-batches between optimizer steps, at two accum_steps values",
+                     why="both accum_steps values are always tried: a number of its own fails one"),
+            Property("trailing", 0.5, "train_one_epoch also steps the trailing partial window", ("trailing",),
+                     evidence="an optimizer step for the last, partial window",
+                     why="the optimizer's own hook sees the last step"),
             Property("scheduler", 0.5, "train_one_epoch steps the scheduler once per optimizer step, not per "
-                                       "micro-batch", _SCHEDULER),
+                                       "micro-batch", _SCHEDULER,
+                     evidence="scheduler steps counted against optimizer steps",
+                     why="the calls are seen on the very objects the loop was handed"),
             Property("returns", 0.5, "train_one_epoch returns the unscaled mean loss and one pre-clip norm per step",
-                     _RETURNS + ("norms",)),
+                     _RETURNS + ("norms",),
+                     evidence="the returned loss and norms against the traced unscaled losses and pre-clip norms (of "
+                              "the gradient each step used, divided or not)",
+                     why=_FRESH, needs=("loop",)),
             Property("loop", 0.5, "train_one_epoch keeps lab 3's loop: train mode, every batch, clearing, clipping",
-                     _LOOP + ("clip",)))),
+                     _LOOP + ("clip",),
+                     evidence="lab 3's evidence, traced on this loop (clipping judged on the gradient each step "
+                              "used, divided or not)",
+                     why=_TRACED))),
     _train("amp", "05_amp", ("scheduler", "max_norm", "scaler", "amp_dtype"), "tuple[float, list[float]]",
            "forward and loss under `torch.autocast(device_type, dtype=amp_dtype)`; `scaler` is a "
            "`torch.amp.GradScaler` or `None`; with a scaler: `scaler.scale(loss).backward()`, "
@@ -266,14 +359,30 @@ EXERCISES: tuple[Exercise, ...] = (
            "logged or left out; its loss counts in the mean loss",
            (_AMP_DTYPE, _max_norm("loop"), _device("loop")),  # autocast's device_type is the device's type, "cpu"
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
-                                    "given", ("autocast",)),
+                                    "given", ("autocast",),
+                     evidence="the dtype of every training forward's conv and linear outputs, their weights float32, "
+                              "at two amp_dtype values",
+                     why="read from the tensors: a patched torch.is_autocast_enabled, or a model cast to bfloat16, "
+                         "does not make float32 weights give bfloat16 outputs"),
             Property("scaler", 1, "train_one_epoch scales the loss and steps through scaler.step and scaler.update",
-                     ("scale", "scaler_step", "scaler_update")),
-            Property("unscale", 1, "train_one_epoch calls scaler.unscale_(optimizer) before clipping", ("unscale",)),
+                     ("scale", "scaler_step", "scaler_update"),
+                     evidence="scale, scaler.step and scaler.update on every step; each scale() by the scale the "
+                              "GradScaler has there; one scaled loss made to overflow, which must reach backward and "
+                              "be skipped: no inf/nan reaches the weights",
+                     why="the scaler's effects, not its calls: a scale set to 1 or a scaled loss thrown away shows"),
+            Property("unscale", 1, "train_one_epoch calls scaler.unscale_(optimizer) before clipping", ("unscale",),
+                     evidence="unscale_ traced before the clipping of every step",
+                     why="judged only where the loss was really scaled (a no-op unscale_ shows nothing)",
+                     needs=("scaler",)),
             Property("scaler_none", 0.5, "train_one_epoch also trains with scaler=None (plain backward and step)",
-                     ("scaler_none",)),
+                     ("scaler_none",),
+                     evidence="a run of its own with scaler=None: a plain backward and step",
+                     why="a run of its own, on data of its own"),
             Property("loop", 0.5, "train_one_epoch keeps lab 3's loop: order, gradient, clipping, norms, scheduler",
-                     _LOOP + _RETURNS + _SCHEDULER + ("clip", "norms")))),
+                     _LOOP + _RETURNS + _SCHEDULER + ("clip", "norms"),
+                     evidence="lab 3's evidence, traced on this loop; fresh gradients after the overflowing step; the "
+                              "mean loss of the run with scaler=None where this one's weights went inf/nan",
+                     why=_TRACED, needs=("scaler",)))),
     Exercise("checkpoint", "06_checkpointing", (
         Function("save_checkpoint", ("path", "model", "optimizer", "scheduler", "scaler", "step"), "None",
                  "`path` is a `pathlib.Path` or a `str` (take `Path(path)` first) in a folder that exists; atomic (a "
@@ -293,14 +402,35 @@ EXERCISES: tuple[Exercise, ...] = (
         (Argument("step", (37, 1205), "return_step"),
          Argument("path", ("step-000037.pt", "run-b/last.ckpt"), "complete", "a Path, then a str in a sub-folder")),
         (Property("atomic", 1, "save_checkpoint writes a temp file beside the checkpoint, then os.replace",
-                  ("atomic",)),
+                  ("atomic",),
+                  evidence="a temporary file beside the checkpoint, then os.replace onto it, and the file's final "
+                           "bytes those the rename put there",
+                  why="the bytes on disk are compared: a file written in place after the rename, or renamed onto "
+                      "itself, shows"),
          Property("complete", 1, "save_checkpoint saves every part (model to RNG), loadable with weights_only=True",
-                  ("loadable", "contents")),
+                  ("loadable", "contents"),
+                  evidence="the file on disk, loaded with weights_only=True: every part present and equal to the "
+                           "state it had at the save",
+                  why="values, not keys: placeholders or another run's state fail, and the states are fresh every "
+                      "run"),
          Property("restore", 1, "load_checkpoint restores every part: training on matches the run that never stopped",
-                  ("restore", "exact_resume", "safe_load")),
-         Property("return_step", 1, "load_checkpoint returns the saved step as an int", ("return_value",)),
+                  ("restore", "exact_resume", "safe_load"),
+                  evidence="training on after a load, in a process where no save ran, against the run that never "
+                           "stopped, and the weights_only=True of every torch.load it made",
+                  why="the saves run in a forked child: a load that restores from memory (a module's cache) finds "
+                      "nothing there, only the file", needs=("complete",)),
+         Property("return_step", 1, "load_checkpoint returns the saved step as an int", ("return_value",),
+                  evidence="the returned value against the step in the file, at two step values, read back where no "
+                           "save ran",
+                  why="a step kept in memory is not in the process that loads; the step is read from the file",
+                  needs=("complete",)),
          Property("scaler_none", 1, "save_checkpoint and load_checkpoint also work with scaler=None",
-                  ("scaler_none",)))),
+                  ("scaler_none",),
+                  evidence="a save and load of their own with scaler=None, the load where no save ran",
+                  why="as restore: only the file carries the state", needs=("complete",))),
+        forbidden=("labutils.reference.checkpoint:save_checkpoint", "labutils.reference.checkpoint:restore_checkpoint",
+                   "labutils.reference.checkpoint:atomic_save", "labutils.reference.checkpoint:verified_load",
+                   "labutils.reference.checkpoint:load_latest_valid", "labutils.atomic:atomic_file")),
     Exercise("resume", "07_crash_resume", (Function(
         "train_resumable", ("model", "optimizer", "scheduler", "train_loader", "epochs", "ckpt_dir", "save_every",
                             "device"), "int",
@@ -322,14 +452,35 @@ EXERCISES: tuple[Exercise, ...] = (
         (Argument("save_every", (4, 7), "saves"), Argument("epochs", (2, 3), "loop"),
          _device("loop")),
         (Property("saves", 1, "train_resumable saves step-{step:06d}.pt every save_every steps, before on_step",
-                  ("save_every",)),
-         Property("resumes", 1, "train_resumable restarts from the step of the newest checkpoint", ("resume_step",)),
+                  ("save_every",),
+                  evidence="the step-NNNNNN.pt files on disk when on_step was called, at two save_every values, each "
+                           "holding the weights the model had after that step",
+                  why="the files' contents are compared: an empty file by the right name is no checkpoint",
+                  needs=("loop",)),
+         Property("resumes", 1, "train_resumable restarts from the step of the newest checkpoint", ("resume_step",),
+                  evidence="the first step after a crash against the newest checkpoint on disk: its step + 1, from "
+                           "the weights it holds",
+                  why="the resumed run runs where the loop never ran: only the disk carries the state to it",
+                  needs=("loop",)),
          Property("mid_epoch", 1, "train_resumable continues in the middle of the epoch, with the same batches",
-                  ("mid_epoch", "epoch_order")),
-         Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",)),
+                  ("mid_epoch", "epoch_order"),
+                  evidence="the batches of every epoch, and the first batch after resuming, against the loader's "
+                           "order",
+                  why="the loader's order is drawn afresh every run", needs=("resumes",)),
+         Property("exact", 1, "train_resumable ends bit-identical to the run that never stopped", ("exact_resume",),
+                  evidence="every resumed step (weights, learning rate, gradient, loss) and the final weights and "
+                           "optimizer state against the run that never stopped, when the resumed run trained on the "
+                           "same batches",
+                  why="the uninterrupted run's memory and folder are gone before the resumed run starts, and every "
+                      "step must match, not only the end", needs=("resumes", "mid_epoch")),
          Property("loop", 1, "train_resumable trains the given epochs, calls on_step after every step, returns the "
                              "final step",
-                  ("train_mode", "on_step", "on_step_loss", "epochs", "return_value", "device")))),
+                  ("train_mode", "on_step", "on_step_loss", "epochs", "return_value", "device"),
+                  evidence="every module's mode at every forward, on_step's calls and losses (each its step's own "
+                           "cross-entropy), the steps taken at two epochs values, the device, the returned step",
+                  why="each loss is compared with the cross-entropy of its step's own forward: a float of the right "
+                      "type is not enough")),
+        forbidden=("labutils.reference.loop:fit", "labutils.reference.loop:train_one_epoch")),
     Exercise("param_groups", "08_stretch", (Function(
         "param_groups", ("model", "weight_decay"), "list[dict]",
         "AdamW parameter groups: `weight_decay` on weights of conv/linear layers, 0.0 on biases and normalisation "
@@ -337,216 +488,37 @@ EXERCISES: tuple[Exercise, ...] = (
         "param_groups:check_param_groups", (),
         (Argument("weight_decay", (0.037, 0.0123), "decay"),),
         (Property("coverage", 1, "param_groups puts every trainable parameter in exactly one group",
-                  ("return_value", "coverage")),
+                  ("return_value", "coverage"),
+                  evidence="the groups returned: at least two, every trainable parameter exactly once",
+                  why="the model's own parameters, by identity"),
          Property("decay", 1, "param_groups decays conv and linear weights by the weight_decay it is given",
-                  ("return_value", "weight_decay")),
+                  ("return_value", "weight_decay"),
+                  evidence="the weight decay of the groups holding conv and linear weights, at two values",
+                  why="both weight_decay values are always tried: a number of its own fails one"),
          Property("no_decay", 1, "param_groups sets weight_decay=0.0 on biases and normalisation parameters",
-                  ("return_value", "no_decay")))),
-)
-
-# What each property is judged on (evidence a do-nothing or constant answer cannot produce), and the other properties
-# of the same exercise whose mistake leaves it "not judged" (0 points, with "fix ... first"). Every other property is
-# judged whatever else is wrong. tests/test_stubs.py holds the evidence to do-nothing answers; tests/test_checks.py
-# holds the dependencies to the mutant corpus (a property a single mistake leaves unjudged must name it here).
-EVIDENCE: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
-    ("normalize", "shape_dtype"): ("the tensor returned for N images at two sizes (both always tried): its shape and "
-                                   "dtype", ()),
-    ("normalize", "values"): ("every returned value against the formula on the same images (drawn afresh each run), "
-                              "and the input unchanged; a constant result is refused", ("shape_dtype",)),
-    ("baseline", "train_mode"): ("every module's own mode at every training forward, in a loop whose forwards reach "
-                                 "backward and an optimizer step", ("steps",)),
-    ("baseline", "steps"): ("the traced order of zero_grad, forward, backward and step on every batch", ()),
-    ("baseline", "gradient"): ("the gradient each step used, against the batch's mean cross-entropy gradient "
-                               "computed from the same weights", ("steps",)),
-    ("baseline", "mean_loss"): ("the returned number against the per-sample mean of the losses the traced forwards "
-                                "produced, in a loop that steps", ("steps",)),
-    ("evaluate", "eval_mode"): ("every module's own mode at every forward, on an evaluation of every batch of the "
-                                "loader", ()),
-    ("evaluate", "no_grad"): ("what the layers' outputs are at every forward (no graph: nothing requires grad), on "
-                              "an evaluation of every batch", ()),
-    ("evaluate", "loss"): ("the returned loss against the cross-entropy of the logits the function's own forwards "
-                           "produced, every batch of the loader run", ()),
-    ("evaluate", "accuracy"): ("the returned accuracy against the argmax of the logits the function's own forwards "
-                               "produced", ()),
-    ("evaluate", "restore_mode"): ("every module's mode after a call that evaluated the whole loader (it comes in "
-                                   "train mode)", ()),
-    ("scheduler", "loop"): ("lab 1's evidence, traced on this loop", ()),
-    ("scheduler", "scheduler_order"): ("the traced position of every scheduler.step() against optimizer.step()", ()),
-    ("scheduler", "scheduler_every_step"): ("the learning rate of every step against the schedule's, at two "
-                                            "schedule lengths", ()),
-    ("clipping", "loop"): ("lab 2's evidence, traced on this loop", ()),
-    ("clipping", "clip"): ("the gradient each step used, against the clipped gradient at two max_norm values", ()),
-    ("clipping", "norms"): ("the returned list against the pre-clip norm of every step whose gradient matched", ()),
-    ("accumulation", "loss_divided"): ("the gradient of each optimizer step against the window's averaged gradient "
-                                       "(or each micro-batch's, where a clip ran inside the window)", ()),
-    ("accumulation", "window"): ("the micro-batches between optimizer steps, at two accum_steps values", ()),
-    ("accumulation", "trailing"): ("an optimizer step for the last, partial window", ()),
-    ("accumulation", "scheduler"): ("scheduler steps counted against optimizer steps", ()),
-    ("accumulation", "returns"): ("the returned loss and norms against the traced unscaled losses and pre-clip norms "
-                                  "(of the gradient each step used, divided or not)", ("loop",)),
-    ("accumulation", "loop"): ("lab 3's evidence, traced on this loop (clipping judged on the gradient each step "
-                               "used, divided or not)", ()),
-    ("amp", "autocast"): ("the dtype of every training forward's conv and linear outputs, their weights float32, "
-                          "at two amp_dtype values", ()),
-    ("amp", "scaler"): ("scale, scaler.step and scaler.update on every step; each scale() by the scale the "
-                        "GradScaler has there; one scaled loss made to overflow, which must reach backward and be "
-                        "skipped: no inf/nan reaches the weights", ()),
-    ("amp", "unscale"): ("unscale_ traced before the clipping of every step", ("scaler",)),
-    ("amp", "scaler_none"): ("a run of its own with scaler=None: a plain backward and step", ()),
-    ("amp", "loop"): ("lab 3's evidence, traced on this loop; fresh gradients after the overflowing step; the mean "
-                      "loss of the run with scaler=None where this one's weights went inf/nan", ("scaler",)),
-    ("checkpoint", "atomic"): ("a temporary file beside the checkpoint, then os.replace onto it, and the file's "
-                               "final bytes those the rename put there", ()),
-    ("checkpoint", "complete"): ("the file on disk, loaded with weights_only=True: every part present and equal to "
-                                 "the state it had at the save", ()),
-    ("checkpoint", "restore"): ("training on after a load, in a process where no save ran, against the run that "
-                                "never stopped, and the weights_only=True of every torch.load it made",
-                                ("complete",)),
-    ("checkpoint", "return_step"): ("the returned value against the step in the file, at two step values, read "
-                                    "back where no save ran", ("complete",)),
-    ("checkpoint", "scaler_none"): ("a save and load of their own with scaler=None, the load where no save ran",
-                                    ("complete",)),
-    ("resume", "saves"): ("the step-NNNNNN.pt files on disk when on_step was called, at two save_every values, "
-                          "each holding the weights the model had after that step", ("loop",)),
-    ("resume", "resumes"): ("the first step after a crash against the newest checkpoint on disk: its step + 1, "
-                            "from the weights it holds", ("loop",)),
-    ("resume", "mid_epoch"): ("the batches of every epoch, and the first batch after resuming, against the "
-                              "loader's order", ("resumes",)),
-    ("resume", "exact"): ("every resumed step (weights, learning rate, gradient, loss) and the final weights and "
-                          "optimizer state against the run that never stopped, when the resumed run trained on the "
-                          "same batches", ("resumes", "mid_epoch")),
-    ("resume", "loop"): ("every module's mode at every forward, on_step's calls and losses (each its step's own "
-                         "cross-entropy), the steps taken at two epochs values, the device, the returned step", ()),
-    ("param_groups", "coverage"): ("the groups returned: at least two, every trainable parameter exactly once", ()),
-    ("param_groups", "decay"): ("the weight decay of the groups holding conv and linear weights, at two values", ()),
-    ("param_groups", "no_decay"): ("0.0 on the groups holding biases and norm parameters, while weights decay", ()),
-}
-
-
-# Why that evidence cannot be produced without the work by a student who has read the checks (issue 43): not by a
-# constant (every check run draws fresh data: labutils.checks.world), not by a cache (a call whose memory could stand
-# in for the work runs in a process of its own: labutils.checks.apart), not by a patched query (modes, autograd and
-# autocast are read from the modules and tensors themselves, forbidden helpers by their code: labutils.trace).
-_FRESH = "fresh data and weights every run: a constant or a number copied from another run's message is wrong"
-_LOOP = "as the loop's own evidence: fresh data, the loop's own objects traced, every run judged"
-WHY: dict[tuple[str, str], str] = {
-    ("normalize", "shape_dtype"): "both sizes are always tried: a shape fixed in advance fails one; the lab's "
-                                  "normalize raises under any name it is called by",
-    ("normalize", "values"): f"{_FRESH}; a constant tensor is refused",
-    ("baseline", "train_mode"): "read from each module itself, not the top module's flag or a query a function can "
-                                "patch for its call; a forward that trains nothing shows nothing",
-    ("baseline", "steps"): "the optimizer's and parameters' own hooks see every clear, backward and step; autograd "
-                           "is read from the forward's outputs, not from torch.is_grad_enabled",
-    ("baseline", "gradient"): f"PyTorch recomputes each step's gradient at the loop's own weights; {_FRESH}",
-    ("baseline", "mean_loss"): f"{_FRESH}; a loop that never steps earns nothing",
-    ("evaluate", "eval_mode"): "read from each module itself, not the top module's flag; one forward of a made-up "
-                               "image is no evaluation of the loader",
-    ("evaluate", "no_grad"): "read from the tensors the layers produced, which a patched torch.is_grad_enabled does "
-                             "not change",
-    ("evaluate", "loss"): f"{_FRESH} (the second call gets other data: a first call's numbers handed back are "
-                          "wrong); a batch the function never ran is no evidence",
-    ("evaluate", "accuracy"): f"{_FRESH} (even how many images and which are wrong are drawn per run)",
-    ("evaluate", "restore_mode"): "read from each module itself, after a whole evaluation",
-    ("scheduler", "loop"): _LOOP,
-    ("scheduler", "scheduler_order"): "the calls are seen on the very scheduler and optimizer the loop was handed",
-    ("scheduler", "scheduler_every_step"): "the learning rates are the optimizer's own at every step, at two "
-                                           "schedule lengths",
-    ("clipping", "loop"): _LOOP,
-    ("clipping", "clip"): "recomputed from each step's own gradient at both max_norm values, both always tried: a "
-                          "number of its own fails one",
-    ("clipping", "norms"): _FRESH,
-    ("accumulation", "loss_divided"): f"recomputed from the window's own micro-batches; {_FRESH}",
-    ("accumulation", "window"): "both accum_steps values are always tried: a number of its own fails one",
-    ("accumulation", "trailing"): "the optimizer's own hook sees the last step",
-    ("accumulation", "scheduler"): "the calls are seen on the very objects the loop was handed",
-    ("accumulation", "returns"): _FRESH,
-    ("accumulation", "loop"): _LOOP,
-    ("amp", "autocast"): "read from the tensors: a patched torch.is_autocast_enabled, or a model cast to bfloat16, "
-                         "does not make float32 weights give bfloat16 outputs",
-    ("amp", "scaler"): "the scaler's effects, not its calls: a scale set to 1 or a scaled loss thrown away shows",
-    ("amp", "unscale"): "judged only where the loss was really scaled (a no-op unscale_ shows nothing)",
-    ("amp", "scaler_none"): "a run of its own, on data of its own",
-    ("amp", "loop"): _LOOP,
-    ("checkpoint", "atomic"): "the bytes on disk are compared: a file written in place after the rename, or "
-                              "renamed onto itself, shows",
-    ("checkpoint", "complete"): "values, not keys: placeholders or another run's state fail, and the states are "
-                                "fresh every run",
-    ("checkpoint", "restore"): "the saves run in a forked child: a load that restores from memory (a module's "
-                               "cache) finds nothing there, only the file",
-    ("checkpoint", "return_step"): "a step kept in memory is not in the process that loads; the step is read from "
-                                   "the file",
-    ("checkpoint", "scaler_none"): "as restore: only the file carries the state",
-    ("resume", "saves"): "the files' contents are compared: an empty file by the right name is no checkpoint",
-    ("resume", "resumes"): "the resumed run runs where the loop never ran: only the disk carries the state to it",
-    ("resume", "mid_epoch"): "the loader's order is drawn afresh every run",
-    ("resume", "exact"): "the uninterrupted run's memory and folder are gone before the resumed run starts, and "
-                         "every step must match, not only the end",
-    ("resume", "loop"): "each loss is compared with the cross-entropy of its step's own forward: a float of the "
-                        "right type is not enough",
-    ("param_groups", "coverage"): "the model's own parameters, by identity",
-    ("param_groups", "decay"): "both weight_decay values are always tried: a number of its own fails one",
-    ("param_groups", "no_decay"): "judged while the weights decay: undecayed everything shows nothing",
-}
-
-
-def why(exercise_id: str, property_id: str) -> str:
-    """Why a property's evidence needs the work (:data:`WHY`), or "" for an exercise that does not say."""
-    return WHY.get((exercise_id, property_id), "")
-
-
-def evidence(exercise_id: str, property_id: str) -> str:
-    return EVIDENCE[(exercise_id, property_id)][0]
-
-
-def needs(exercise_id: str, property_id: str) -> tuple[str, ...]:
-    """The properties whose mistake leaves this one unjudged."""
-    return EVIDENCE[(exercise_id, property_id)][1]
-
-
-# measured with benchmarks/bench_grading.py once grading stopped at the last test cell (medians of 8 students)
-NOTEBOOKS: tuple[Notebook, ...] = (
-    Notebook("00_data_tour", 1.2), Notebook("01_baseline", 1.0), Notebook("02_scheduler", 0.75),
-    Notebook("03_clipping", 1.0), Notebook("04_accumulation", 0.6), Notebook("05_amp", 0.8),
-    Notebook("06_checkpointing", 0.75), Notebook("07_crash_resume", 0.85), Notebook("08_stretch", 0.8),
+                  ("return_value", "no_decay"),
+                  evidence="0.0 on the groups holding biases and norm parameters, while weights decay",
+                  why="judged while the weights decay: undecayed everything shows nothing")),
+        forbidden=("labutils.reference.optim:param_groups",)),
 )
 TRAIN_EXERCISES = tuple(e.id for e in EXERCISES if e.check_name == "check_train_one_epoch")
 
-_REFERENCE_LOOP = ("labutils.reference.loop:train_one_epoch", "labutils.reference.loop:fit",
-                   "labutils.reference.loop:optimizer_step")
-# the lab's own implementations a graded function must not hand its work to ("module:function"): the check's tracer
-# stops a call to one, however it was reached, and names it
-FORBIDDEN: dict[str, tuple[str, ...]] = {
-    **{exercise: _REFERENCE_LOOP for exercise in TRAIN_EXERCISES},
-    "evaluate": ("labutils.evaluation:evaluate", "labutils.reference.loop:evaluate", "labutils.reference.loop:fit"),
-    "checkpoint": ("labutils.reference.checkpoint:save_checkpoint", "labutils.reference.checkpoint:restore_checkpoint",
-                   "labutils.reference.checkpoint:atomic_save", "labutils.reference.checkpoint:verified_load",
-                   "labutils.reference.checkpoint:load_latest_valid", "labutils.atomic:atomic_file"),
-    "resume": ("labutils.reference.loop:fit", "labutils.reference.loop:train_one_epoch"),
-    "normalize": ("labutils.data:normalize",),
-    "param_groups": ("labutils.reference.optim:param_groups",),
-}
-
-
-def _settings(fast: dict | None = None, **config) -> dict:
-    return {"config": config, "fast": fast or {}}
-
-
-# each notebook's LabConfig settings in full mode, and what its fast modes (smoke, grade) change beyond
-# labutils.lesson.FAST: the notebook reads them with lesson.start(notebook_id)
-SETTINGS: dict[str, dict] = {
-    "00_data_tour": _settings(),
-    "01_baseline": _settings(epochs=5, lr=1e-3),
-    "02_scheduler": _settings(epochs=5, lr=3e-3, schedule="onecycle"),
-    "03_clipping": _settings(epochs=5, lr=3e-3, schedule="onecycle", max_norm=1.0),  # the notebook then picks 2.0
-    "04_accumulation": _settings(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, batch_size=32,
-                                 accum_steps=4),
-    "05_amp": _settings(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
-    "06_checkpointing": _settings(epochs=3, lr=3e-3, schedule="onecycle", max_norm=2.0, save_every=100, keep_last=3,
-                                  fast={"epochs": 2, "save_every": 5}),
-    "07_crash_resume": _settings(epochs=3, lr=3e-3, schedule="onecycle", save_every=100,
-                                 fast={"epochs": 3, "save_every": 7}),
-    "08_stretch": _settings(epochs=2, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto"),
-}
+# measured with benchmarks/bench_grading.py once grading stopped at the last test cell (medians of 8 students); the
+# run settings are LabConfig's in full mode and what the fast modes (smoke, grade) change beyond labutils.lesson.FAST
+NOTEBOOKS: tuple[Notebook, ...] = (
+    Notebook("00_data_tour", 1.2),
+    Notebook("01_baseline", 1.0, dict(epochs=5, lr=1e-3)),
+    Notebook("02_scheduler", 0.75, dict(epochs=5, lr=3e-3, schedule="onecycle")),
+    Notebook("03_clipping", 1.0, dict(epochs=5, lr=3e-3, schedule="onecycle", max_norm=1.0)),  # then it picks 2.0
+    Notebook("04_accumulation", 0.6, dict(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, batch_size=32,
+                                          accum_steps=4)),
+    Notebook("05_amp", 0.8, dict(epochs=5, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto")),
+    Notebook("06_checkpointing", 0.75, dict(epochs=3, lr=3e-3, schedule="onecycle", max_norm=2.0, save_every=100,
+                                            keep_last=3), fast=dict(epochs=2, save_every=5)),
+    Notebook("07_crash_resume", 0.85, dict(epochs=3, lr=3e-3, schedule="onecycle", save_every=100),
+             fast=dict(epochs=3, save_every=7)),
+    Notebook("08_stretch", 0.8, dict(epochs=2, lr=3e-3, schedule="onecycle", max_norm=2.0, amp="auto")),
+)
 
 
 def get(exercise_id: str) -> Exercise:
@@ -583,6 +555,13 @@ def concept(notebook_id: str, grade_id: str) -> str | None:
             if e.grade_id(p.id) == grade_id:
                 return p.title
     return None
+
+
+def notebook(notebook_id: str) -> Notebook:
+    for n in NOTEBOOKS:
+        if n.id == notebook_id:
+            return n
+    raise ValueError(f"no settings for notebook {notebook_id!r}: use one of {', '.join(n.id for n in NOTEBOOKS)}")
 
 
 def grading_cost(notebook_id: str) -> float:
@@ -633,9 +612,8 @@ def markdown() -> str:
               "whatever else is wrong (the rule is in `labutils/checks/properties.py`).", "",
               "| notebook | graded test | checks that | judged on | why it takes the work | needs | points |",
               "|---|---|---|---|---|---|---|"]
-    lines += [f"| {e.notebook} | `{e.grade_id(p.id)}` | {p.title} | {evidence(e.id, p.id)} | "
-              f"{why(e.id, p.id) or '-'} | "
-              f"{', '.join(f'`{e.grade_id(n)}`' for n in needs(e.id, p.id)) or '-'} | {_points(p.points)} |"
+    lines += [f"| {e.notebook} | `{e.grade_id(p.id)}` | {p.title} | {p.evidence} | {p.why or '-'} | "
+              f"{', '.join(f'`{e.grade_id(n)}`' for n in p.needs) or '-'} | {_points(p.points)} |"
               for e in EXERCISES for p in e.properties]
     return "\n".join([_BEGIN, *lines, _END])
 

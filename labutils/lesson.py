@@ -8,14 +8,14 @@ instead of a ``NameError``.
 
 Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the epochs the notebook asks for;
 ``smoke`` and ``grade`` use 2,048 images and short runs (one epoch; the checkpointing labs train the two or three
-their checkpoints need, :data:`labutils.exercises.SETTINGS`). ``NBGRADER_EXECUTION`` (set by nbgrader while it
+their checkpoints need, :data:`labutils.exercises.NOTEBOOKS`). ``NBGRADER_EXECUTION`` (set by nbgrader while it
 validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one;
 ``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.devices`), chosen once in :func:`start`.
 
-Each notebook's settings are in :data:`SETTINGS` (written once, in the exercise registry): the notebook starts with
-``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same stages with the reference
-loop. The numbers and figures ``make lab`` collects are :mod:`labutils.artifacts`' job; the measuring helpers are in
-:mod:`labutils.measure`, the image grid and the source diff in :mod:`labutils.display`.
+Each notebook's settings are in its :class:`labutils.exercises.Notebook` (written once, in the exercise registry):
+the notebook starts with ``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same
+stages with the reference loop. The numbers and figures ``make lab`` collects are :mod:`labutils.artifacts`' job; the
+measuring helpers are in :mod:`labutils.measure`, the image grid and the source diff in :mod:`labutils.display`.
 """
 
 from __future__ import annotations
@@ -48,10 +48,6 @@ FAST_NOTE = ("Note: the numbers in the text are from full runs; a fast run's are
 FAST = {"subset": 2048, "epochs": 1}  # what smoke/grade change, unless a notebook needs more (e.g. three epochs)
 
 
-# Each notebook's LabConfig settings in full mode, and what its fast modes change beyond FAST: in the exercise
-# registry, beside the notebook's exercises and grading cost.
-SETTINGS: dict[str, dict] = exercises.SETTINGS
-
 # nbgrader's runs train on the CPU whatever the machine has: a grade must not depend on the grading machine's GPU
 GRADING_DEVICE = devices.Choice(torch.device("cpu"), "grading runs on the CPU, whatever this machine has")
 
@@ -77,13 +73,11 @@ def is_fast() -> bool:
 
 
 def notebook_config(notebook_id: str, mode: str = "full") -> LabConfig:
-    """The notebook's configuration in ``mode``: its :data:`SETTINGS`, shrunk by ``FAST`` and its own fast changes
-    outside full mode."""
-    if notebook_id not in SETTINGS:
-        raise ValueError(f"no settings for notebook {notebook_id!r}: use one of {', '.join(SETTINGS)}")
-    entry = SETTINGS[notebook_id]
-    cfg = LabConfig().replace(**{**entry["config"], **_forced_amp(entry["config"])})
-    return cfg if mode == "full" else cfg.replace(**{**FAST, **entry["fast"]})
+    """The notebook's configuration in ``mode``: its registry settings (:class:`labutils.exercises.Notebook`),
+    shrunk by ``FAST`` and its own fast changes outside full mode."""
+    entry = exercises.notebook(notebook_id)
+    cfg = LabConfig().replace(**{**entry.config, **_forced_amp(entry.config)})
+    return cfg if mode == "full" else cfg.replace(**{**FAST, **entry.fast})
 
 
 def _forced_amp(config: dict) -> dict:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import torch.nn.utils.clip_grad as clip_grad_module
 from torch.nn.utils import clip_grad_norm_
 
-from labutils import checks
+from labutils import checks, exercises
 from labutils.checkpoint import compare_states
 from labutils.checks import (CheckReport, check_checkpoint, check_evaluate, check_normalize, check_param_groups,
                              check_resume, check_train_one_epoch, show_trace)
@@ -144,7 +144,7 @@ def test_tracer_puts_everything_back(tmp_path):
     scaler = torch.amp.GradScaler("cpu")
     classes = [type(o) for o in (model, optimizer, scheduler, scaler)]
     before = (clip_grad_module._clip_grads_with_norm_, torch.save, torch.load, os.replace, os.rename)
-    with Tracer(model, optimizer, scheduler, scaler, files=True, forbidden=checks.FORBIDDEN["baseline"]):
+    with Tracer(model, optimizer, scheduler, scaler, files=True, forbidden=exercises.get("baseline").forbidden):
         F.cross_entropy(model(torch.randn(2, 1, 28, 28)), torch.tensor([1, 2])).backward()
         torch.save(scheduler.state_dict(), tmp_path / "s.pt")  # a traced scheduler's state stays plain data
         assert torch.load(tmp_path / "s.pt", weights_only=True)["last_epoch"] == 0
@@ -418,8 +418,8 @@ def test_buggy_variant_fails_its_property_and_costs_others_only_what_is_unjudgea
         message = verdicts[other].message
         assert "not judged" in message and message.startswith("✗"), f"{other}: {message}"
         assert not verdicts[other].judged and verdicts[other].blocked_by, f"{other}: {verdicts[other]}"
-        assert expected & set(exercises.needs(variant.exercise, other)), \
-            f"{other} is left unjudged by a mistake in {expected}: the registry (exercises.EVIDENCE) must say it needs it"
+        assert expected & set(exercises.get(variant.exercise).property(other).needs), \
+            f"{other} is left unjudged by a mistake in {expected}: its Property in the registry must say it needs it"
 
 
 def test_most_single_mistakes_cost_only_their_own_property():

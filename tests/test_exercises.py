@@ -54,13 +54,12 @@ def test_registry_shape():
 
 
 def test_everything_about_an_exercise_is_in_the_registry():
-    """Each exercise names what it may not call, each notebook its grading cost and run settings, in one file."""
-    from labutils import lesson
-
-    assert set(exercises.FORBIDDEN) == {e.id for e in exercises.EXERCISES}
-    assert all(exercises.FORBIDDEN[e.id] for e in exercises.EXERCISES)
-    assert set(exercises.SETTINGS) == {n.id for n in exercises.NOTEBOOKS} == {e.notebook for e in exercises.EXERCISES}
-    assert lesson.SETTINGS is exercises.SETTINGS and checks.FORBIDDEN is exercises.FORBIDDEN
+    """Each exercise names what it may not call, each notebook its grading cost and run settings, in one record."""
+    assert len({e.id for e in exercises.EXERCISES}) == len(exercises.EXERCISES)
+    assert all(e.forbidden for e in exercises.EXERCISES)
+    notebooks = [n.id for n in exercises.NOTEBOOKS]
+    assert len(set(notebooks)) == len(notebooks) and set(notebooks) == {e.notebook for e in exercises.EXERCISES}
+    assert exercises.notebook("06_checkpointing").fast == {"epochs": 2, "save_every": 5}
 
 
 def test_lookups_fail_loudly():
@@ -285,10 +284,8 @@ def test_a_replaced_check_is_left_to_the_grader(monkeypatch, capsys):
 
 
 def test_every_property_says_what_it_is_judged_on_and_what_it_needs():
-    properties = {(e.id, p.id) for e in exercises.EXERCISES for p in e.properties}
-    assert set(exercises.EVIDENCE) == properties
-    for (exercise, prop), (evidence, needs) in exercises.EVIDENCE.items():
-        assert evidence and prop not in needs
-        assert set(needs) <= {p for e, p in properties if e == exercise}, (exercise, prop, needs)
-    assert set(exercises.WHY) == properties  # and why a student who has read the checks cannot fake it (issue 43)
-    assert all(exercises.why(*key) for key in properties)
+    for e in exercises.EXERCISES:
+        for p in e.properties:
+            assert p.evidence and p.id not in p.needs, (e.id, p.id)
+            assert set(p.needs) <= {q.id for q in e.properties}, (e.id, p.id, p.needs)
+            assert p.why, (e.id, p.id)  # and why a student who has read the checks cannot fake it (issue 43)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from labutils import lesson
+from labutils import exercises, lesson
 from labutils.config import LabConfig
 
 
@@ -30,7 +30,7 @@ def a_run(label: str = "baseline") -> lesson.Run:
 
 
 def test_every_notebook_has_settings_and_fast_modes_shrink_them():
-    for notebook in lesson.SETTINGS:
+    for notebook in (n.id for n in exercises.NOTEBOOKS):
         full, fast = lesson.notebook_config(notebook, "full"), lesson.notebook_config(notebook, "grade")
         assert full.subset is None and fast.subset == lesson.FAST["subset"]
     assert lesson.notebook_config("06_checkpointing", "smoke").epochs == 2  # its own fast change beyond FAST

@@ -28,7 +28,7 @@ from nbclient import NotebookClient
 import forked_kernels
 from autograder.layout import ASSIGNMENT
 from autograder.course.release import generate
-from labutils import amp, exercises, lesson
+from labutils import amp, exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / ASSIGNMENT
@@ -80,7 +80,7 @@ def _execute(kernels: type, path: Path, forced_amp: str | None = None) -> Execut
 
 # The notebooks that choose a precision (amp="auto": bf16 on a CPU with bf16 instructions, float32 on others) also run
 # once with the path this machine's CPU does not pick, forced with LAB_AMP: both are tested on every machine.
-AMP_NOTEBOOKS = tuple(name for name in NOTEBOOKS if "amp" in lesson.SETTINGS[name]["config"])
+AMP_NOTEBOOKS = tuple(name for name in NOTEBOOKS if "amp" in exercises.notebook(name).config)
 OTHER_AMP = "off" if amp.autocast_dtype("auto", "cpu") is not None else "bf16"
 
 

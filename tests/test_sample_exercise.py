@@ -31,13 +31,12 @@ EXERCISES = EXERCISES + (Exercise("standardise", "09_sample", (Function(
     "standardise", ("images",), "torch.Tensor",
     "uint8 (N, 28, 28) -> float32 (N, 1, 28, 28): `(images / 255 - MEAN) / STD`"),),
     "normalize:check_normalize", (), (Argument("images", (6, 11), "shape_dtype", "how many images (N)"),),
-    (Property("shape_dtype", 1, "standardise returns a float32 tensor of shape (N, 1, 28, 28)", ("return_value",)),
-     Property("values", 2, "standardise computes (images / 255 - MEAN) / STD", ("values",)))),)
+    (Property("shape_dtype", 1, "standardise returns a float32 tensor of shape (N, 1, 28, 28)", ("return_value",),
+              evidence="the tensor returned for N images", why="both sizes are always tried"),
+     Property("values", 2, "standardise computes (images / 255 - MEAN) / STD", ("values",),
+              evidence="every returned value against the formula", why=_FRESH, needs=("shape_dtype",))),
+    forbidden=get("normalize").forbidden),)
 NOTEBOOKS = NOTEBOOKS + (Notebook("09_sample", 0.5),)
-EVIDENCE[("standardise", "shape_dtype")] = ("the tensor returned for N images", ())
-EVIDENCE[("standardise", "values")] = ("every returned value against the formula", ("shape_dtype",))
-FORBIDDEN["standardise"] = FORBIDDEN["normalize"]
-SETTINGS["09_sample"] = _settings()
 '''
 CORRECT = '''def standardise(images):
     """uint8 (N, 28, 28) -> float32 (N, 1, 28, 28), standardised."""

@@ -29,7 +29,7 @@ The modules, shared parts first, then one per exercise in the order of the lab:
 
 from importlib import import_module
 
-from ..exercises import EXERCISES, FORBIDDEN, TRAIN_EXERCISES
+from ..exercises import EXERCISES, TRAIN_EXERCISES
 from .calling import SimulatedCrash
 from .properties import assert_property
 from .report import CheckReport, Failure
@@ -43,6 +43,6 @@ def _registered_checks() -> dict:
 
 
 globals().update(_registered_checks())
-__all__ = ["CheckReport", "FORBIDDEN", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "assert_property",
+__all__ = ["CheckReport", "Failure", "SimulatedCrash", "TRAIN_EXERCISES", "assert_property",
            "check_evaluate_without_eval_mode", "check_train_one_epoch_accelerate", "show_trace",
            *sorted({e.check_name for e in EXERCISES})]

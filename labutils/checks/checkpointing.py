@@ -381,7 +381,7 @@ def _saves(tmp: Path, seed: int, batches, path: Path, step: int) -> list[_Save]:
     scaler=None, and one with the second step and a str path in a sub-folder. Each one's objects are made and
     trained right before the next's; the main one's last, so the random streams at its save are those its own
     training left."""
-    forbidden = exercises.FORBIDDEN["checkpoint"]
+    forbidden = exercises.get("checkpoint").forbidden
     varied = _ARGS.varied()
     (tmp / "varied" / varied["path"]).parent.mkdir(parents=True, exist_ok=True)
     plans = [(seed + 2, False, batches[:2], tmp / "no-scaler.pt", 2, Tracer(forbidden=forbidden)),
@@ -415,7 +415,7 @@ def _without_scaler(save_fn, load_fn, save: _Save, seed: int) -> str | None:
     if not path.exists():
         return NotJudged("with scaler=None, save_checkpoint wrote no file")
     load = traced_call(load_fn, (path, b.model, b.optimizer, b.scheduler, None),
-                       Tracer(forbidden=exercises.FORBIDDEN["checkpoint"]))
+                       Tracer(forbidden=exercises.get("checkpoint").forbidden))
     stopped = call_failure("load_checkpoint", load_fn, load, " with scaler=None")
     if stopped:
         return stopped.message
@@ -440,7 +440,7 @@ def _varied(save_fn, load_fn, save: _Save, folder: Path, seed: int) -> Failure |
         return Failure("loadable", f"torch.load(path, weights_only=True) cannot read the checkpoint{given}.")
     b = _ckpt_objects(seed + 1)
     load = traced_call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler),
-                       Tracer(forbidden=exercises.FORBIDDEN["checkpoint"]))
+                       Tracer(forbidden=exercises.get("checkpoint").forbidden))
     stopped = call_failure("load_checkpoint", load_fn, load, given)
     if stopped:
         return stopped
@@ -458,7 +458,7 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     report = new_report("checkpoint", names, save_fn, load_fn)
     if report.failures:  # not callable as the contract calls them
         return report
-    forbidden = exercises.FORBIDDEN["checkpoint"]
+    forbidden = exercises.get("checkpoint").forbidden
     seed = run_seed()  # fresh data, weights and states: a checkpoint made in advance holds none of them
     with isolated(), scratch() as tmp:
         torch.manual_seed(seed)

@@ -64,4 +64,4 @@ def failures(name: str, fn, gpu_case) -> list[Failure]:
 
 def tracer(*objects, exercise: str) -> Tracer:
     """A tracer of the GPU case's objects that also records where tensors are moved."""
-    return Tracer(*objects, forbidden=exercises.FORBIDDEN[exercise], max_events=MAX_EVENTS, devices=True)
+    return Tracer(*objects, forbidden=exercises.get(exercise).forbidden, max_events=MAX_EVENTS, devices=True)

@@ -133,7 +133,7 @@ def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> Verdi
     first = list(dict.fromkeys(exercise.grade_id(p.id) for r in roots for p in exercise.owner(r)
                                if p.id != prop.id))
     if not first:  # nothing in the report names it: the registry's declared dependencies that failed
-        first = [exercise.grade_id(n) for n in exercises.needs(exercise.id, prop.id)
+        first = [exercise.grade_id(n) for n in prop.needs
                  if not judge(exercise.id, n, report).passed]
     fix = f" Fix {', '.join(first)} first; then this is checked too." if first else ""
     return _verdict(exercise, prop, False, f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: "

@@ -61,7 +61,7 @@ class HeldCheckpoints:
     def _tracer(self) -> Tracer:
         """The trace of the loop this pair was lent to; anywhere else the pair refuses to work."""
         tracer = current()
-        if not self.lent or tracer is None or tracer.forbidden != tuple(exercises.FORBIDDEN["resume"]):
+        if not self.lent or tracer is None or tracer.forbidden != exercises.get("resume").forbidden:
             raise RuntimeError("lab 7's check lends this pair to the loop it checks, and it works nowhere else: lab "
                                "6's save_checkpoint and load_checkpoint are yours to write")
         return tracer
@@ -211,7 +211,7 @@ def _resume_case(images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs
     streams it starts from: those right after its objects were made, as if made right before it)."""
     model, optimizer, scheduler, loader = _resume_objects(images, labels, seed)
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
-    tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.FORBIDDEN["resume"], max_events=MAX_EVENTS,
+    tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.get("resume").forbidden, max_events=MAX_EVENTS,
                     devices=True, outputs=True)
     return args, tracer, {"on_step": log}, evidence.rng_state()
 

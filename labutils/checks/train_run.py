@@ -286,5 +286,5 @@ class TrainView:
 def _run_train(fn, case: TrainCase) -> TrainView:
     case.model.eval()  # as if evaluation just ran: a loop that forgets model.train() would train in eval mode
     tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler,
-                    forbidden=exercises.FORBIDDEN[case.exercise], max_events=MAX_EVENTS, devices=True)
+                    forbidden=exercises.get(case.exercise).forbidden, max_events=MAX_EVENTS, devices=True)
     return TrainView(case, traced_call(fn, case.args, tracer))

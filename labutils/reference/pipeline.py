@@ -2,7 +2,7 @@
 
 Each stage adds one thing to the previous one, as the notebooks do (baseline -> scheduler -> clipping ->
 accumulation -> AMP -> checkpointing -> crash/resume), with each notebook's own settings
-(:data:`labutils.lesson.SETTINGS`), and the summary table shows what each addition bought.
+(:data:`labutils.exercises.NOTEBOOKS`), and the summary table shows what each addition bought.
 """
 
 from __future__ import annotations

@@ -215,10 +215,10 @@ def _forge_runs(record: dict, calls: int = 4):
     """An observer that sends a CallRecord of ``record``'s fields (the others as :data:`NOTHING_RAN`) for every call,
     with the objects left untouched (a run that was never made)."""
     from labutils.checks import world
-    from labutils.checks.train_run import _train_case
+    from labutils.checks.train_run import train_case
 
     def body(fd):
-        case = _train_case("baseline", world.run_seed())
+        case = train_case("baseline", world.run_seed())
         observer = evidence.Observer(fd)
         for _ in range(calls):
             observer.after_call(evidence.CallRecord(**{**NOTHING_RAN, **record}), case.args, {})

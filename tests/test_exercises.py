@@ -116,14 +116,14 @@ def test_every_max_norm_clips_every_step(exercise):
     """The registry's max_norm values sit below every step's gradient norm, whatever data a run draws: a loop that
     does not clip at max_norm (or clips at a number of its own) changes every step, so the check sees it."""
     from labutils.checks.calling import isolated
-    from labutils.checks.train_run import _step_norms, _train_case
+    from labutils.checks.train_run import step_norms, train_case
 
     for which in (0, 1):
         for seed in range(8):  # measured over 200 seeds: every step's norm is at least 2.5 times max_norm
             with isolated():  # one thread, as the checks run: tiny tensors
-                case = _train_case(exercise, seed, which=which)
+                case = train_case(exercise, seed, which=which)
                 assert case.max_norm == exercises.get(exercise).argument("max_norm").values[which]
-                assert case.max_norm < min(_step_norms(case)) / 2, seed
+                assert case.max_norm < min(step_norms(case)) / 2, seed
 
 
 def test_hardcoded_values_are_caught_by_name():

@@ -17,8 +17,8 @@ from . import on_gpu
 from .calling import (TracedCall, _number_problem, _show, could_not_check, isolated, judge_call, new_report,
                       traced_call)
 from .report import CheckReport, Failure, NotJudged, _beside, as_given, shown
-from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, _close, _crafted_labels, _images, _match,
-                    _tiny_model, run_seed)
+from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, _images, _match, _tiny_model, close_enough, crafted_labels,
+                    run_seed)
 
 
 @dataclass
@@ -44,7 +44,7 @@ def _eval_case(seed: int):
     draw = torch.Generator().manual_seed(seed)
     n = N_EVAL + int(torch.randint(0, BATCH - 1, (), generator=draw))  # a last batch of 1 to 7
     images = _images(n, seed)
-    labels = _crafted_labels(model, images, n % BATCH)
+    labels = crafted_labels(model, images, n % BATCH)
     wrong = torch.randperm(n - n % BATCH, generator=draw)[: int(torch.randint(0, BATCH + 1, (), generator=draw))]
     labels[wrong] = (labels[wrong] + 1 + torch.randint(0, 9, (len(wrong),), generator=draw)) % 10
     loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))
@@ -60,7 +60,7 @@ def _gpu_case(folder):
     return (model, loader, on_gpu.GPU), on_gpu.tracer(model, exercise="evaluate")
 
 
-def _run_evaluate(fn, seed: int, device: str = DEVICE) -> EvalView:
+def run_evaluate(fn, seed: int, device: str = DEVICE) -> EvalView:
     model, reference, loader = _eval_case(seed)
     batches = list(loader)
     model.train()  # evaluate is called in the middle of training
@@ -103,10 +103,10 @@ def _out_of_range(v: EvalView, loss: float, accuracy: float) -> Failure:
         outputs = _outputs(v)
         want_loss = _means(outputs, lambda o, y: F.cross_entropy(o, y).item())[0]
         want_acc = _means(outputs, lambda o, y: (o.argmax(dim=1) == y).float().mean().item())[0]
-        if _close(loss, want_acc, 1e-6) and _close(accuracy, want_loss, 1e-4):
+        if close_enough(loss, want_acc, 1e-6) and close_enough(accuracy, want_loss, 1e-4):
             return Failure("return_value", f"evaluate returned ({loss:.4f}, {accuracy:.4f}), the accuracy and the loss "
                            "swapped: the contract returns (loss, accuracy), the loss first.")
-        if _close(accuracy / 100, want_acc, 1e-6):
+        if close_enough(accuracy / 100, want_acc, 1e-6):
             return Failure("accuracy", f"the accuracy {accuracy:.4g} is a percentage ({want_acc:.4f} as a fraction): "
                            "return correct / n_samples, a fraction in [0, 1].")
     return Failure("accuracy", f"the accuracy {accuracy:.4g} is outside [0, 1]: return correct / n_samples.")
@@ -222,13 +222,13 @@ def _ev_per_sample(v: EvalView):
     loss = float(v.run.result[0])
     outputs = _outputs(v)
     want_loss, per_batch = _means(outputs, lambda o, y: F.cross_entropy(o, y).item())
-    if _close(loss, want_loss, 1e-4):
+    if close_enough(loss, want_loss, 1e-4):
         return []
-    if _close(loss, per_batch, 1e-4):
+    if close_enough(loss, per_batch, 1e-4):
         return [Failure("per_sample", f"the loss {loss:.4f} is the average of the per-batch means; the per-sample "
                         f"mean is {want_loss:.4f} (the last batch has only {len(outputs[-1][1])} samples). Sum "
                         "loss.item() * len(y) (or use reduction='sum') and divide by the number of samples.")]
-    if _close(loss, _means(outputs, lambda o, y: F.cross_entropy(o.softmax(dim=1), y).item())[0], 1e-4):
+    if close_enough(loss, _means(outputs, lambda o, y: F.cross_entropy(o.softmax(dim=1), y).item())[0], 1e-4):
         return [Failure("softmax", f"the loss {loss:.4f} is cross-entropy on softmax probabilities: "
                         "F.cross_entropy applies log-softmax itself. Pass the raw logits.")]
     return [Failure("per_sample", f"the loss is {loss:.4f}; the mean cross-entropy per sample over the whole "
@@ -241,9 +241,9 @@ def _ev_accuracy(v: EvalView):
     acc = float(v.run.result[1])
     outputs = _outputs(v)
     want_acc, per_batch = _means(outputs, lambda o, y: (o.argmax(dim=1) == y).float().mean().item())
-    if _close(acc, want_acc, 1e-6):
+    if close_enough(acc, want_acc, 1e-6):
         return []
-    if _close(acc, per_batch, 1e-6):
+    if close_enough(acc, per_batch, 1e-6):
         return [Failure("accuracy", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
                         f"per-sample accuracy is {want_acc:.4f} (the last batch has only {len(outputs[-1][1])} "
                         "samples). Count correct predictions and divide by the number of samples.")]
@@ -285,14 +285,14 @@ def check_evaluate(fn) -> CheckReport:
         return report
     seed = run_seed()  # fresh data and weights: numbers copied from an earlier run are wrong in this one
     with isolated():
-        view = _run_evaluate(fn, seed)
+        view = run_evaluate(fn, seed)
     report.trace = view.run.events
     judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     # the device it must honour, at its second value, whatever the first run showed: a hard-coded device shows
     # here, and every call is judged (a second call that does nothing earns nothing)
     varied = exercises.get("evaluate").varied()
     with isolated():
-        view = _run_evaluate(fn, seed + 1, varied["device"])  # other data: the first call's numbers are wrong here
+        view = run_evaluate(fn, seed + 1, varied["device"])  # other data: the first call's numbers are wrong here
     with as_given(report, varied):
         judge_call(report, "evaluate", fn, view.run, EVAL_STAGES, view, names)
     if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)

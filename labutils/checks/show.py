@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..exercises import TRAIN_EXERCISES, get
 from ..trace import format_events
 from .calling import exception_failure, isolated
-from .evaluate import _run_evaluate
-from .train_run import _run_train, _train_case
+from .evaluate import run_evaluate
+from .train_run import run_train, train_case
 from .world import run_seed
 
 
@@ -18,10 +18,10 @@ def show_trace(fn, exercise: str = "baseline", steps: int | None = 2) -> None:
     """
     with isolated():
         if exercise == "evaluate":
-            view = _run_evaluate(fn, run_seed())
+            view = run_evaluate(fn, run_seed())
             events, run, title, ends = view.run.events, view.run, "evaluate", []
         elif exercise in TRAIN_EXERCISES:
-            view = _run_train(fn, _train_case(exercise, run_seed()))
+            view = run_train(fn, train_case(exercise, run_seed()))
             events, run, title = view.events, view.run, f"train_one_epoch ({get(exercise).notebook})"
             ends = [view.span(k)[1] for k in range(1, len(view.steps) + 1)]  # where each step's events end
         else:

@@ -6,38 +6,39 @@ from ..exercises import TRAIN_EXERCISES, get
 from . import on_gpu
 from .calling import could_not_check, isolated, judge_call, new_report
 from .report import CheckReport, NotJudged, as_given
-from .train_amp import _st_autocast, _st_scale, _st_scaler_step, _st_scaler_update, _st_unscale
-from .train_order import (_st_accumulation, _st_batches, _st_device, _st_grad_enabled, _st_order, _st_scheduler,
-                          _st_scheduler_order, _st_trailing, _st_train_mode, _st_zero_grad)
-from .train_run import TrainView, _run_train, _train_case
+from .train_amp import stage_autocast, stage_scale, stage_scaler_step, stage_scaler_update, stage_unscale
+from .train_order import (stage_accumulation, stage_batches, stage_device, stage_grad_enabled, stage_order,
+                          stage_scheduler, stage_scheduler_order, stage_trailing, stage_train_mode, stage_zero_grad)
+from .train_run import TrainView, run_train, train_case
+from .train_values import (stage_clip, stage_gradient, stage_loss_graph, stage_mean_loss, stage_norms,
+                           stage_return_value)
 from .world import run_seed
-from .train_values import _st_clip, _st_gradient, _st_loss_graph, _st_mean_loss, _st_norms, _st_return_value
 
 TRAIN_STAGES = (
-    ("return_value", _st_return_value, ()),
-    ("train_mode", _st_train_mode, ()),
-    ("grad_enabled", _st_grad_enabled, ()),
-    ("autocast", _st_autocast, ()),
-    ("device", _st_device, ()),
-    ("batches", _st_batches, ("grad_enabled",)),
-    ("order", _st_order, ("grad_enabled",)),
-    ("zero_grad", _st_zero_grad, ("order",)),
-    ("accumulation", _st_accumulation, ("order", "zero_grad")),
-    ("trailing", _st_trailing, ("order",)),
-    ("scheduler", _st_scheduler, ()),
-    ("scheduler_order", _st_scheduler_order, ()),
-    ("scale", _st_scale, ()),
-    ("unscale", _st_unscale, ("order", "scale")),
-    ("scaler_step", _st_scaler_step, ()),
-    ("scaler_update", _st_scaler_update, ()),
+    ("return_value", stage_return_value, ()),
+    ("train_mode", stage_train_mode, ()),
+    ("grad_enabled", stage_grad_enabled, ()),
+    ("autocast", stage_autocast, ()),
+    ("device", stage_device, ()),
+    ("batches", stage_batches, ("grad_enabled",)),
+    ("order", stage_order, ("grad_enabled",)),
+    ("zero_grad", stage_zero_grad, ("order",)),
+    ("accumulation", stage_accumulation, ("order", "zero_grad")),
+    ("trailing", stage_trailing, ("order",)),
+    ("scheduler", stage_scheduler, ()),
+    ("scheduler_order", stage_scheduler_order, ()),
+    ("scale", stage_scale, ()),
+    ("unscale", stage_unscale, ("order", "scale")),
+    ("scaler_step", stage_scaler_step, ()),
+    ("scaler_update", stage_scaler_update, ()),
     # judged on the steps whose micro-batches ran cleanly (known batches, backward before the step, fresh gradients):
     # a mistake in one step's order does not hide whether the loss and its gradient are right
-    ("gradient", _st_gradient, ()),
-    ("clip", _st_clip, ("unscale",)),  # clipping the scaled gradients is the unscale mistake, not a clip one
+    ("gradient", stage_gradient, ()),
+    ("clip", stage_clip, ("unscale",)),  # clipping the scaled gradients is the unscale mistake, not a clip one
     # judged on what was returned whenever it holds numbers: a tensor instead of a float does not hide a wrong value
-    ("norms", _st_norms, ()),
-    ("mean_loss", _st_mean_loss, ()),
-    ("loss_graph", _st_loss_graph, ()),
+    ("norms", stage_norms, ()),
+    ("mean_loss", stage_mean_loss, ()),
+    ("loss_graph", stage_loss_graph, ()),
 )
 _COMMON = ("return_value", "train_mode", "grad_enabled", "device", "batches", "order", "zero_grad", "gradient",
            "mean_loss", "loss_graph")
@@ -78,14 +79,14 @@ def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
         return report
     seed = run_seed()  # fresh data and weights: no answer can be fitted to them in advance
     with isolated():
-        view = _run_train(fn, _train_case(exercise, seed))
+        view = run_train(fn, train_case(exercise, seed))
         report.trace = view.events
         _analyse_train(report, fn, view, applicable)
         # the arguments it must honour, at their second values, whatever the first run showed: its own numbers would
         # show here, and every call is judged (a second call that does nothing earns nothing)
-        case = _train_case(exercise, seed + 1, which=1)  # other data too: a first call's result handed back fails
+        case = train_case(exercise, seed + 1, which=1)  # other data too: a first call's result handed back fails
         with as_given(report, {name: getattr(case, name) for name in get(exercise).varied()}):
-            _analyse_train(report, fn, _run_train(fn, case), applicable)
+            _analyse_train(report, fn, run_train(fn, case), applicable)
         if report.passed:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
             report.failures += on_gpu.failures("train_one_epoch", fn, _gpu_case(exercise))
         if exercise == "accumulation":  # the gradient's scale is the loss_divided property's evidence
@@ -99,14 +100,14 @@ def _check(fn, exercise: str, notebook: str | None, skip) -> CheckReport:
 def _without_scaler(report: CheckReport, fn, applicable, seed: int):
     """The contract also allows scaler=None (plain backward and step): the mistakes that show only then are the
     scaler_none property's; the ones the run with a scaler already showed are not counted twice."""
-    scratch, view = CheckReport(report.name), _run_train(fn, _train_case("amp", seed, with_scaler=False))
+    scratch, view = CheckReport(report.name), run_train(fn, train_case("amp", seed, with_scaler=False))
     with as_given(scratch, {"scaler": None}):
         _analyse_train(scratch, fn, view, set(applicable) - set(_SCALER))
     if "mean_loss" in report.unjudged and scratch.passed_on_evidence("return_value"):
         # the run with a scaler showed no mean (it stopped, or a direct optimizer.step() wrote its overflowing step
         # into the weights): this run's losses show whether the loop averages them right
         reason = report.unjudged.pop("mean_loss")
-        verdict = _st_mean_loss(view)
+        verdict = stage_mean_loss(view)
         with as_given(report, {"scaler": None}):
             report.judge("mean_loss", verdict if verdict is not None else reason)
     already = {f.check for f in report.failures} | set(report.unjudged)
@@ -124,7 +125,7 @@ def _gpu_case(exercise: str):
     def build(folder):
         import torch
 
-        case = _train_case(exercise, run_seed())
+        case = train_case(exercise, run_seed())
         case.model.to(on_gpu.GPU)  # in place: the optimizer keeps the same parameters
         case.device = on_gpu.GPU
         if exercise == "amp":

@@ -9,7 +9,7 @@ from .train_run import TrainView, all_finite
 from .world import OVERFLOW_AT
 
 
-def _st_autocast(v: TrainView):
+def stage_autocast(v: TrainView):
     if not v.micros:
         return NotJudged("no training forward pass was observed")
     for m in v.micros:
@@ -22,7 +22,7 @@ def _st_autocast(v: TrainView):
     return []
 
 
-def _st_scale(v: TrainView):
+def stage_scale(v: TrainView):
     if not any(m.backward is not None for m in v.micros):
         return NotJudged("loss.backward() never ran")
     for m in v.micros:
@@ -63,7 +63,7 @@ def _scale_effect(v: TrainView):
     return []
 
 
-def _st_unscale(v: TrainView):
+def stage_unscale(v: TrainView):
     if not v.steps:
         return NotJudged("no optimizer step was observed")
     for k, window in v.windows.items():
@@ -81,7 +81,7 @@ def _st_unscale(v: TrainView):
     return []
 
 
-def _st_scaler_step(v: TrainView):
+def stage_scaler_step(v: TrainView):
     if not v.steps:
         return NotJudged("no optimizer step was observed")
     for k in v.windows:
@@ -99,7 +99,7 @@ def _st_scaler_step(v: TrainView):
     return []
 
 
-def _st_scaler_update(v: TrainView):
+def stage_scaler_update(v: TrainView):
     if not v.steps:
         return NotJudged("no optimizer step was observed")
     n = len(v.steps)

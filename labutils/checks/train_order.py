@@ -22,7 +22,7 @@ def _no_step(v: TrainView) -> NotJudged | None:
     return None if v.steps else NotJudged("optimizer.step() never ran")
 
 
-def _st_train_mode(v: TrainView):
+def stage_train_mode(v: TrainView):
     if _no_forward(v):
         return _no_forward(v)
     if not any(m.backward is not None and m.step is not None for m in v.micros):  # a forward alone trains nothing
@@ -43,7 +43,7 @@ def _st_train_mode(v: TrainView):
     return []
 
 
-def _st_grad_enabled(v: TrainView):
+def stage_grad_enabled(v: TrainView):
     if not v.forwards:
         return NotJudged("no forward pass was observed")
     trained = {m.batch for m in v.micros}
@@ -57,7 +57,7 @@ def _st_grad_enabled(v: TrainView):
     return []
 
 
-def _st_device(v: TrainView):
+def stage_device(v: TrainView):
     """Every tensor the loop moved went to the ``device`` it was given (a loop that hard-codes "cpu" or "cuda" shows
     when it is given torch.device("cpu:0"))."""
     if not v.forwards:
@@ -76,7 +76,7 @@ def _st_device(v: TrainView):
     return []
 
 
-def _st_batches(v: TrainView):
+def stage_batches(v: TrainView):
     if _no_forward(v):
         return _no_forward(v)
     n = len(v.case.batches)
@@ -98,7 +98,7 @@ def _st_batches(v: TrainView):
     return []
 
 
-def _st_order(v: TrainView):
+def stage_order(v: TrainView):
     for k, window in v.windows.items():
         step_at = v.steps[k - 1]
         if not window:
@@ -122,7 +122,7 @@ def _st_order(v: TrainView):
     return _no_step(v) or []
 
 
-def _st_zero_grad(v: TrainView):
+def stage_zero_grad(v: TrainView):
     if _no_step(v):
         return _no_step(v)
     for k, window in v.windows.items():
@@ -150,11 +150,11 @@ def _st_zero_grad(v: TrainView):
     return []
 
 
-def _st_accumulation(v: TrainView):
+def stage_accumulation(v: TrainView):
     if _no_step(v):
         return _no_step(v)
     accum, sizes = v.case.accum_steps, [len(w) for w in v.windows.values()]
-    # a dropped trailing group is its own property (_st_trailing): judge the windows of the steps that were taken
+    # a dropped trailing group is its own property (stage_trailing): judge the windows of the steps that were taken
     expected = _windows(len(v.micros) - len(v.trailing), accum) if v.trailing else v.case.windows
     for k, window in v.windows.items():
         for j, m in enumerate(window[1:], start=2):
@@ -186,7 +186,7 @@ def _st_accumulation(v: TrainView):
     return []
 
 
-def _st_trailing(v: TrainView):
+def stage_trailing(v: TrainView):
     """Every micro-batch reached an optimizer step: the last, partial group too."""
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
@@ -205,7 +205,7 @@ def _windows(n: int, accum: int) -> list[int]:
     return [min(accum, n - start) for start in range(0, n, accum)]
 
 
-def _st_scheduler(v: TrainView):
+def stage_scheduler(v: TrainView):
     if _no_step(v):
         return _no_step(v)
     scheds = [i for i, e in enumerate(v.events) if e.kind == "scheduler"]
@@ -240,7 +240,7 @@ def _st_scheduler(v: TrainView):
     return []
 
 
-def _st_scheduler_order(v: TrainView):
+def stage_scheduler_order(v: TrainView):
     """scheduler.step() follows optimizer.step(): none before the first step (judged apart from how often it runs)."""
     scheds = [i for i, e in enumerate(v.events) if e.kind == "scheduler"]
     if _no_step(v) or not scheds:

@@ -17,7 +17,7 @@ from ..trace import Event, Tracer, global_norm, mark_batches
 from .calling import TracedCall, traced_call
 from .report import _beside
 from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
-                    N_TRAIN, OVERFLOW_AT, _crafted_labels, _images, _match, _tiny_model)
+                    N_TRAIN, OVERFLOW_AT, _images, _match, _tiny_model, crafted_labels)
 
 
 class OverflowingScaler(torch.amp.GradScaler):
@@ -67,7 +67,7 @@ class TrainCase:
         return [min(k, n - start) for start in range(0, n, k)]
 
 
-def _train_case(exercise: str, seed: int, with_scaler: bool = True, which: int = 0) -> TrainCase:
+def train_case(exercise: str, seed: int, with_scaler: bool = True, which: int = 0) -> TrainCase:
     """The tiny case, built from ``seed``; ``which`` picks the value of every argument the function must honour
     (registry: 0 is the main run, 1 the run that shows whether the function used its arguments or numbers of its
     own)."""
@@ -75,7 +75,7 @@ def _train_case(exercise: str, seed: int, with_scaler: bool = True, which: int =
     torch.manual_seed(seed)
     model = _tiny_model()
     images = _images(N_TRAIN, seed)
-    labels = _crafted_labels(model, images, N_TRAIN % BATCH, BATCH)
+    labels = crafted_labels(model, images, N_TRAIN % BATCH, BATCH)
     loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))  # a real DataLoader: len(loader) works
     case = TrainCase(exercise, model, copy.deepcopy(model), loader, list(loader),
                      torch.optim.SGD(model.parameters(), lr=LR))
@@ -94,7 +94,7 @@ def _train_case(exercise: str, seed: int, with_scaler: bool = True, which: int =
     return case
 
 
-def _step_norms(case: TrainCase) -> list[float]:
+def step_norms(case: TrainCase) -> list[float]:
     """Every step's gradient norm at the start (the registry's max_norm values must be below all of them)."""
     params = [p.detach().clone() for p in case.reference.parameters()]
     norms, start = [], 0
@@ -283,7 +283,7 @@ class TrainView:
         return self.case.windows[index] if 0 <= index < len(self.case.windows) else None
 
 
-def _run_train(fn, case: TrainCase) -> TrainView:
+def run_train(fn, case: TrainCase) -> TrainView:
     case.model.eval()  # as if evaluation just ran: a loop that forgets model.train() would train in eval mode
     tracer = Tracer(case.model, case.optimizer, case.scheduler, case.scaler,
                     forbidden=exercises.get(case.exercise).forbidden, max_events=MAX_EVENTS, devices=True)

@@ -13,7 +13,7 @@ from ..trace import global_norm
 from .calling import _number_problem, _show
 from .report import Failure, NotJudged
 from .train_run import TrainView, all_finite
-from .world import _close
+from .world import close_enough
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -31,7 +31,7 @@ def _clipped(grads, max_norm: float):
     return [g * min(1.0, max_norm / (norm + 1e-6)) for g in grads]  # exactly clip_grad_norm_'s formula
 
 
-def _st_return_value(v: TrainView):
+def stage_return_value(v: TrainView):
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
     result, wants_norms = v.run.result, v.exercise in ("clipping", "accumulation", "amp")
@@ -113,7 +113,7 @@ def _divided_per_micro_batch(v: TrainView, k: int) -> float | None:
         _rel(_added(v, m), [f * g for g in v.ref(m)[0]]) <= v.tol for m in window)), None)
 
 
-def _st_gradient(v: TrainView):
+def stage_gradient(v: TrainView):
     clean = _clean_steps(v)
     if not clean:
         return NotJudged("no optimizer step had a clean window (a known batch, loss.backward() before the step, "
@@ -165,7 +165,7 @@ def _st_gradient(v: TrainView):
     return []
 
 
-def _st_clip(v: TrainView):
+def stage_clip(v: TrainView):
     max_norm, clips = v.case.max_norm, [i for i, e in enumerate(v.events) if e.kind == "clip"]
     if not v.accepted:
         return NotJudged("no step's gradient could be checked, so its clipping cannot be (fix the gradient first)")
@@ -200,10 +200,10 @@ def _st_clip(v: TrainView):
                              "between loss.backward() and optimizer.step().", step_at)
             return [Failure("clip", msg, k, v.beside(k, mark))]
         measured = [v.events[i].info["norm_before"] for i in between]
-        if measured and not _close(measured[0], norm, v.tol):  # clip_grad_norm_ measured another norm than the L2
+        if measured and not close_enough(measured[0], norm, v.tol):  # clip_grad_norm_ measured another norm than the L2
             kinds = {"inf": _p_norm(wanted, float("inf")), "1": _p_norm(wanted, 1.0)}
             kind = next((f"norm_type={t} (the {'largest single value' if t == 'inf' else 'sum of absolute values'})"
-                         for t, value in kinds.items() if _close(measured[0], value, v.tol)), "another norm_type")
+                         for t, value in kinds.items() if close_enough(measured[0], value, v.tol)), "another norm_type")
             return [Failure("clip", f"clip_grad_norm_ measured the gradient at step {k} as {measured[0]:.4g}, but "
                             f"its global L2 norm is {norm:.4g}: it was called with {kind}. The contract clips the "
                             "global L2 norm: clip_grad_norm_(model.parameters(), max_norm), whose norm_type is 2 by "
@@ -242,14 +242,14 @@ def _norms_of_clips_inside(v: TrainView, norms: list[float]):
         measured = [v.events[i].info["norm_before"] for i in range(start, step_at) if v.events[i].kind == "clip"]
         if not measured:
             return NotJudged(f"clip_grad_norm_ never ran in step {k}, so there is no norm it returned to compare")
-        if not any(_close(float(got), m, v.tol) for m in measured):
+        if not any(close_enough(float(got), m, v.tol) for m in measured):
             return [Failure("norms", f"the norm returned for step {k} is {float(got):.4g}, none of the norms "
                             f"clip_grad_norm_ returned in that step ({', '.join(f'{m:.4g}' for m in measured)}): "
                             "append what clip_grad_norm_ returns, once per optimizer step.", k)]
     return []
 
 
-def _st_norms(v: TrainView):
+def stage_norms(v: TrainView):
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
     norms = _returned(v, 1)
@@ -264,15 +264,15 @@ def _st_norms(v: TrainView):
         if k not in v.accepted:
             continue
         want, traced = global_norm(v.combined(k, v.accepted[k])), _traced_norm(v, k)
-        if _close(float(got), want, v.tol):
+        if close_enough(float(got), want, v.tol):
             continue
-        if traced is not None and _close(float(got), traced, v.tol) and not _close(traced, want, v.tol):
+        if traced is not None and close_enough(float(got), traced, v.tol) and not close_enough(traced, want, v.tol):
             continue  # what clip_grad_norm_ returned, measured with another norm_type: the clip property's mistake
-        if _close(float(got), min(want, v.case.max_norm), v.tol):
+        if close_enough(float(got), min(want, v.case.max_norm), v.tol):
             msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm after clipping (max_norm="
                    f"{v.case.max_norm:g}); the contract logs the pre-clip norm {want:.4g}: keep the value "
                    "clip_grad_norm_ returns.")
-        elif v.case.scaler is not None and _close(float(got), want * v.scale_used(k), v.tol):
+        elif v.case.scaler is not None and close_enough(float(got), want * v.scale_used(k), v.tol):
             msg = (f"the norm returned for step {k} is {float(got):.4g}, the norm of the scaled gradients: log the "
                    "norm after scaler.unscale_(optimizer).")
         else:
@@ -299,7 +299,7 @@ def _loss_value(value) -> float | None:
     return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
 
 
-def _st_loss_graph(v: TrainView):
+def stage_loss_graph(v: TrainView):
     """Nothing keeps every batch's graph alive (a sum of loss tensors, a list of them): at each training forward,
     the graphs of the earlier ones are counted (:class:`labutils.trace.Tracer`); a loop that drops them keeps one or
     two at most."""
@@ -316,7 +316,7 @@ def _st_loss_graph(v: TrainView):
     return []
 
 
-def _st_mean_loss(v: TrainView):
+def stage_mean_loss(v: TrainView):
     if not v.run.complete:
         return NotJudged("the loop did not finish the epoch")
     if not v.micros or any(m.batch is None for m in v.micros):
@@ -335,21 +335,21 @@ def _st_mean_loss(v: TrainView):
         return NotJudged(f"the weights held inf/nan from step {poisoned} on, so every loss after it is nan and the "
                          "mean cannot be checked (an earlier step applied an overflowing gradient: fix that first)")
     rtol = v.tol / 10
-    if _close(value, want, rtol):
+    if close_enough(value, want, rtol):
         return []
     per_batch = sum(losses) / len(losses)
-    if _close(value, per_batch, rtol):
+    if close_enough(value, per_batch, rtol):
         return [Failure("per_sample", f"the returned mean loss {value:.4f} is the average of the per-batch losses; "
                         f"the per-sample average is {want:.4f}. They differ because the last batch has only "
                         f"{sizes[-1]} samples. Add loss.item() * len(y) per batch and divide by the number of "
                         "samples.")]
     kept = [(n, loss) for m, n, loss in zip(v.micros, sizes, losses) if m.step not in v.skipped]
-    if v.skipped and kept and _close(value, sum(n * loss for n, loss in kept) / sum(n for n, _ in kept), rtol):
+    if v.skipped and kept and close_enough(value, sum(n * loss for n, loss in kept) / sum(n for n, _ in kept), rtol):
         k = min(v.skipped)
         return [Failure("mean_loss", f"the returned mean loss {value:.4f} leaves out the loss of step {k}, which "
                         f"scaler.step() skipped; the per-sample average over the epoch is {want:.4f}. That loss was "
                         "computed on real data, so it counts: add loss.item() * len(y) for every batch.", k)]
-    if v.case.accum_steps > 1 and _close(value, want / v.case.accum_steps, rtol):
+    if v.case.accum_steps > 1 and close_enough(value, want / v.case.accum_steps, rtol):
         return [Failure("mean_loss", f"the returned mean loss {value:.4f} is the loss divided by accum_steps; report "
                         f"the unscaled loss ({want:.4f}): add up loss.item() before dividing it for backward.")]
     return [Failure("mean_loss", f"the returned mean loss is {value:.4f}; the per-sample average of the training loss "

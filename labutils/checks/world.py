@@ -59,7 +59,7 @@ def _tiny_model(dropout: float = 0.0, gain: float = LOGIT_GAIN) -> SmallCNN:
     return model
 
 
-def _crafted_labels(model, images: torch.Tensor, n_last: int, batch: int | None = None) -> torch.Tensor:
+def crafted_labels(model, images: torch.Tensor, n_last: int, batch: int | None = None) -> torch.Tensor:
     """Labels the model gets right, except in the small last batch where it is as wrong as it can be: the last batch's
     loss and accuracy differ a lot from the rest, so averaging per batch instead of per sample shows. With ``batch``,
     the first sample of every full batch is wrong too: every step's gradient is then far above the checks' max_norm
@@ -87,5 +87,5 @@ def _match(x, batches) -> int | None:
     return (exact or close or [None])[0]
 
 
-def _close(a: float, b: float, rtol: float) -> bool:
+def close_enough(a: float, b: float, rtol: float) -> bool:
     return abs(a - b) <= rtol * max(abs(b), 1e-8)

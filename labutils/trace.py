@@ -188,12 +188,12 @@ def format_events(events: list[Event], start: int = 0, stop: int | None = None) 
     return [f"{n + 1:3d}. {events[n].describe()}" for n in range(start, stop)]
 
 
-_OWN = tuple(str(Path(m).parent) + os.sep for m in (torch.__file__, __file__))  # torch/, labutils/
+OWN_CODE = tuple(str(Path(m).parent) + os.sep for m in (torch.__file__, __file__))  # torch/, labutils/
 
 
 def _called_by_the_loop() -> bool:
     """Whether the caller of the wrapper that calls this is the loop's own code (not torch's, not the lab's)."""
-    return not sys._getframe(2).f_code.co_filename.startswith(_OWN)
+    return not sys._getframe(2).f_code.co_filename.startswith(OWN_CODE)
 
 
 BATCH_MARK = "_looplab_batch"  # set on every tensor a loader passed through mark_batches yields

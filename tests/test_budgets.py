@@ -8,8 +8,8 @@ import linecache
 import nbformat
 import pytest
 
-from labutils.checks.calling import _error_facts, exception_failure, _show
-from labutils.checks.report import MESSAGE_CHARS, Failure
+from labutils.checks.calling import error_facts, exception_failure
+from labutils.checks.report import MESSAGE_CHARS, Failure, described
 
 pytestmark = pytest.mark.autograder
 
@@ -112,7 +112,7 @@ def test_a_huge_exception_name_source_line_and_text_are_capped(tmp_path):
     fn = _raiser(tmp_path, HUGE, big)
     with pytest.raises(Exception) as caught:
         fn()
-    facts = vars(_error_facts(fn, caught.value))
+    facts = vars(error_facts(fn, caught.value))
     assert all(len(facts[k]) <= 400 for k in ("type", "source", "text")), {k: len(v) for k, v in facts.items()
                                                                            if isinstance(v, str)}
     message = exception_failure("train", fn, caught.value).message
@@ -121,7 +121,7 @@ def test_a_huge_exception_name_source_line_and_text_are_capped(tmp_path):
 
 def test_a_returned_object_of_a_huge_class_is_named_briefly():
     value = type(HUGE_NAME, (), {})()
-    assert len(_show(value)) < 400
+    assert len(described(value)) < 400
 
 
 def test_every_message_is_capped_whatever_it_quotes():

@@ -651,14 +651,14 @@ def test_lab_8_evaluates_the_accelerate_model_at_the_precision_of_the_plain_one(
 
     from labutils import evaluation
     from labutils.data import make_loader
-    from labutils.checks.world import _images
+    from labutils.checks.world import random_images
 
     cell = next("".join(c["source"]) for c in json.load(open("solutions/loop_lab/08_stretch.ipynb"))["cells"]
                 if c["cell_type"] == "code" and "unwrap_model" in "".join(c["source"]))
     torch.manual_seed(0)
     plain_model = SmallCNN(channels=(4, 8))
     acc_model = copy.deepcopy(plain_model)
-    images = _images(64, 1)
+    images = random_images(64, 1)
     val_loader = make_loader(images, torch.randint(0, 10, (64,)), 16, shuffle=False)
     try:
         accelerator = Accelerator(cpu=True, mixed_precision="bf16")

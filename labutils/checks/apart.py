@@ -99,7 +99,7 @@ def calls_apart(calls: list[tuple], starts: list) -> list:
 def _take(call: tuple, data: bytes | None, error: BaseException | None, role, folders: list):
     """One call's :class:`TracedCall` from its record (put into this process's objects, and sent on to the grader's
     judge as it came), or, when its process ended before it made one, an error that says so."""
-    from .calling import ObservedError, TracedCall, _recorded
+    from .calling import ObservedError, TracedCall
 
     fn, args, tracer, kwargs, _ = call
     if data is None:  # the call ended its process (sys.exit, os._exit, a crash) or was stopped: no record
@@ -114,4 +114,4 @@ def _take(call: tuple, data: bytes | None, error: BaseException | None, role, fo
     recorded = evidence.replay(data, args, kwargs, folders, match_folders=False)  # same disk: only the objects
     if isinstance(role, evidence.Observer):
         evidence.send(role.fd, data)  # the judge replays the very record
-    return _recorded(recorded, tracer)
+    return TracedCall.from_record(recorded, tracer)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
-import numbers
 import os
 import random
 import sysconfig
@@ -32,9 +31,9 @@ import numpy as np
 import torch
 
 from ..quoting import capped
-from ..trace import _OWN, Event, ReferenceCalled, TooManyEvents, Tracer
+from ..trace import OWN_CODE, Event, ReferenceCalled, TooManyEvents, Tracer
 from . import evidence
-from .report import CheckReport, Failure, _run_stages
+from .report import CheckReport, Failure, run_stages
 from .. import exercises
 
 
@@ -58,6 +57,19 @@ class TracedCall:
     def complete(self) -> bool:
         return self.error is None and self.reference is None and not self.crashed
 
+    @classmethod
+    def from_record(cls, record: evidence.CallRecord, tracer: Tracer) -> "TracedCall":
+        """The judge's TracedCall of a call, from the observer's record (its declared fields are checked as it is
+        decoded; the trace and the moves, values of the value codec, here)."""
+        if not all(isinstance(e, Event) for e in record.events) or \
+                not all(isinstance(m, torch.device) for m in record.moves):
+            raise evidence.EvidenceError("a call's record does not describe a run")
+        tracer.events[:] = record.events
+        tracer.moves[:] = record.moves
+        error = None if record.error is None else ObservedError(record.error)
+        return cls(tracer.events, result=record.result, error=error, reference=record.reference,
+                   crashed=record.crashed, moves=tracer.moves)
+
 
 def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool = False) -> TracedCall:
     """Call ``fn`` under ``tracer``; ``result(value)``, when given, reads what the call returned into plain data
@@ -67,7 +79,7 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool 
     kwargs = kwargs or {}
     role = evidence.ROLE
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
-        return _recorded(role.record(args, kwargs), tracer)
+        return TracedCall.from_record(role.record(args, kwargs), tracer)
     if apart:
         return traced_calls([(fn, args, tracer, kwargs, result)], apart=True)[0]
     run = TracedCall(tracer.events, moves=tracer.moves)
@@ -87,7 +99,7 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool 
     if isinstance(role, evidence.Observer):
         role.after_call(evidence.CallRecord(events=run.events, result=run.result, reference=run.reference,
                                             crashed=run.crashed, moves=run.moves,
-                                            error=None if run.error is None else _error_facts(fn, run.error)),
+                                            error=None if run.error is None else error_facts(fn, run.error)),
                         args, kwargs)
     return run
 
@@ -126,7 +138,7 @@ def broken_message(what: str, exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if code.co_filename.startswith(_OWN):
+        if code.co_filename.startswith(OWN_CODE):
             if os.sep + "labutils" + os.sep in code.co_filename:
                 check_at = f"labutils{code.co_filename.rpartition(os.sep + 'labutils')[2]}:{tb.tb_lineno}"
         elif not code.co_filename.startswith(_PYTHON):
@@ -171,19 +183,6 @@ class ObservedError(Exception):
         self.facts = facts
 
 
-def _recorded(record: evidence.CallRecord, tracer: Tracer) -> TracedCall:
-    """The judge's TracedCall of a call, from the observer's record (its declared fields are checked as it is
-    decoded; the trace and the moves, values of the value codec, here)."""
-    if not all(isinstance(e, Event) for e in record.events) or \
-            not all(isinstance(m, torch.device) for m in record.moves):
-        raise evidence.EvidenceError("a call's record does not describe a run")
-    tracer.events[:] = record.events
-    tracer.moves[:] = record.moves
-    error = None if record.error is None else ObservedError(record.error)
-    return TracedCall(tracer.events, result=record.result, error=error, reference=record.reference,
-                      crashed=record.crashed, moves=tracer.moves)
-
-
 @contextmanager
 def scratch():
     """A temporary folder for a check's files; under the grader's recheck, one the observer and judge keep alike."""
@@ -211,7 +210,7 @@ def isolated():
             np.random.set_state(np_state)
 
 
-def _error_facts(fn, exc: BaseException) -> evidence.ErrorFacts:
+def error_facts(fn, exc: BaseException) -> evidence.ErrorFacts:
     """Where the student's code raised ``exc`` (the line in their function, not torch's) and what it said."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     line, tb = None, exc.__traceback__
@@ -235,7 +234,7 @@ def _text(exc: BaseException) -> str:
 
 def exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:
     """'train_one_epoch raised KeyError at line 7 (`...`): ...' pointing into the student's code, not torch's."""
-    facts = exc.facts if isinstance(exc, ObservedError) else _error_facts(fn, exc)
+    facts = exc.facts if isinstance(exc, ObservedError) else error_facts(fn, exc)
     where = ""
     if facts.line is not None:
         where = f" at line {facts.line} of {name}" + (f" (`{facts.source}`)" if facts.source else "")
@@ -307,7 +306,7 @@ def judge_call(report: CheckReport, name: str, fn, run: TracedCall, stages, ctx,
         report.failures.append(reference_failure(name, run.reference))
         return
     before = len(report.failures)
-    _run_stages(report, stages, ctx, applicable)
+    run_stages(report, stages, ctx, applicable)
     if run.error is None:
         return
     error = exception_failure(name, fn, run.error)
@@ -316,23 +315,3 @@ def judge_call(report: CheckReport, name: str, fn, run: TracedCall, stages, ctx,
     else:
         report.failures[before].details += f"\n(after this, {error.message[0].lower()}{error.message[1:]})"
 
-
-def _number_problem(value, what: str) -> str | None:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return None
-    if isinstance(value, torch.Tensor):
-        return (f"{what} is a tensor: return a Python float with .item() (a tensor that requires grad also keeps "
-                f"every batch's graph alive)")
-    return f"{what} is {_show(value)}, not a number"
-
-
-def _show(value) -> str:
-    """A returned value as a student recognises it: small values as they are, big ones by their type."""
-    if value is None or isinstance(value, (bool, numbers.Number, str)):
-        return repr(value)[:60]
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)) and len(value) <= 3 and all(isinstance(v, numbers.Number) for v in value):
-        return repr(value)
-    return f"a {capped(type(value).__name__, 100)}" + (f" of length {len(value)}" if isinstance(value, (tuple, list))
-                                                         else "")

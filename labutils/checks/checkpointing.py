@@ -17,10 +17,10 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer, file_digest
-from .calling import (TracedCall, _show, call_failure, could_not_check, isolated, judge_call, new_report, scratch,
-                      traced_call, traced_calls)
-from .report import CheckReport, Failure, NotJudged, _beside, later_run
-from .world import INIT_SCALE, _images, _tiny_model, run_seed
+from .calling import (TracedCall, call_failure, could_not_check, isolated, judge_call, new_report, scratch, traced_call,
+                      traced_calls)
+from .report import CheckReport, Failure, NotJudged, beside, described, later_run
+from .world import INIT_SCALE, random_images, run_seed, tiny_model
 
 
 @dataclass
@@ -33,7 +33,7 @@ class _Objects:
 
 def _ckpt_objects(seed: int, scaler: bool = True) -> _Objects:
     set_seed(seed)  # every generator: a load that restores torch's alone leaves Python's and NumPy's elsewhere
-    model = _tiny_model(dropout=0.5, gain=1.0)  # dropout: the resumed run needs the RNG state too
+    model = tiny_model(dropout=0.5, gain=1.0)  # dropout: the resumed run needs the RNG state too
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # moment estimates: optimizer state matters
     scheduler = LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=10)
     # growth_interval=2: the loss scale has moved by the time of the save, so a missing scaler state shows
@@ -177,8 +177,8 @@ def _ck_atomic(c: CkptCtx):
                             "to a temp file in the same folder, then os.replace(tmp, path); make it with "
                             "tempfile.mkstemp(dir=folder, prefix=f'.{name}.', suffix='.tmp'), which the lab's crash "
                             "clean-up removes (a fixed name such as path + '.tmp' is never cleaned up).",
-                            None, _beside(c.save.events, 0, len(c.save.events), _CKPT_ORDER, c.save.events.index(e),
-                                          "your save_checkpoint"))]
+                            None, beside(c.save.events, 0, len(c.save.events), _CKPT_ORDER, c.save.events.index(e),
+                                         "your save_checkpoint"))]
     first = next((e for e in c.save.events if e.info.get("exists", {}).get(final)), None)
     if first is None or first.kind != "replace" or Path(first.info["dst"]).resolve() != c.path.resolve():
         return [Failure("atomic", f"{c.path.name} came into existence without os.replace/os.rename (it was written in "
@@ -328,8 +328,8 @@ def _ck_return_value(c: CkptCtx):
     got = c.load.result
     if isinstance(got, numbers.Integral) and not isinstance(got, bool) and got == c.step:
         return []
-    return [Failure("return_value", f"load_checkpoint returned {_show(got)}; the contract returns the saved step as an "
-                    f"int (here {c.step}).")]
+    return [Failure("return_value", f"load_checkpoint returned {described(got)}; the contract returns the saved step "
+                    f"as an int (here {c.step}).")]
 
 
 def _ck_exact_resume(c: CkptCtx):
@@ -445,7 +445,7 @@ def _varied(save_fn, load_fn, save: _Save, folder: Path, seed: int) -> Failure |
     if stopped:
         return stopped
     if not (isinstance(load.result, numbers.Integral) and not isinstance(load.result, bool) and load.result == step):
-        return Failure("return_value", f"load_checkpoint returned {_show(load.result)}, not the step={step} that "
+        return Failure("return_value", f"load_checkpoint returned {described(load.result)}, not the step={step} that "
                        f"save_checkpoint was given: save the step argument and return what was saved.")
     return None
 
@@ -462,7 +462,7 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
     seed = run_seed()  # fresh data, weights and states: a checkpoint made in advance holds none of them
     with isolated(), scratch() as tmp:
         torch.manual_seed(seed)
-        batches = [(normalize(_images(4, seed + i)), torch.randint(0, 10, (4,))) for i in range(6)]
+        batches = [(normalize(random_images(4, seed + i)), torch.randint(0, 10, (4,))) for i in range(6)]
         path = Path(tmp) / _ARGS.argument("path").values[0]
         saves = _saves(Path(tmp), seed, batches, path, _ARGS.argument("step").values[0])
         a = saves[0].objects

@@ -14,11 +14,10 @@ from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, mark_batches, modes
 from . import on_gpu
-from .calling import (TracedCall, _number_problem, _show, could_not_check, isolated, judge_call, new_report,
-                      traced_call)
-from .report import CheckReport, Failure, NotJudged, _beside, as_given, shown
-from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, _images, _match, _tiny_model, close_enough, crafted_labels,
-                    run_seed)
+from .calling import TracedCall, could_not_check, isolated, judge_call, new_report, traced_call
+from .report import CheckReport, Failure, NotJudged, as_given, beside, described, number_problem, shown
+from .world import (BATCH, DEVICE, MAX_EVENTS, N_EVAL, close_enough, crafted_labels, random_images, run_seed,
+                    tiny_model, which_batch)
 
 
 @dataclass
@@ -40,10 +39,10 @@ def _eval_case(seed: int):
     batches' labels the model gets wrong are drawn from ``seed`` too, so even the accuracy cannot be known in advance
     (the last batch is always all wrong: a per-batch average differs from the per-sample one)."""
     torch.manual_seed(seed)
-    model = _tiny_model(dropout=0.5)  # dropout: forgetting model.eval() changes the numbers
+    model = tiny_model(dropout=0.5)  # dropout: forgetting model.eval() changes the numbers
     draw = torch.Generator().manual_seed(seed)
     n = N_EVAL + int(torch.randint(0, BATCH - 1, (), generator=draw))  # a last batch of 1 to 7
-    images = _images(n, seed)
+    images = random_images(n, seed)
     labels = crafted_labels(model, images, n % BATCH)
     wrong = torch.randperm(n - n % BATCH, generator=draw)[: int(torch.randint(0, BATCH + 1, (), generator=draw))]
     labels[wrong] = (labels[wrong] + 1 + torch.randint(0, 9, (len(wrong),), generator=draw)) % 10
@@ -69,7 +68,7 @@ def run_evaluate(fn, seed: int, device: str = DEVICE) -> EvalView:
     run = traced_call(fn, (model, loader, device), tracer)
     view = EvalView(model, reference, batches, run, modes(model), device)
     for _, event in view.forwards:
-        j = _match(event.data["x"], batches)
+        j = which_batch(event.data["x"], batches)
         if j is not None:
             event.info["batch"] = f"{j + 1}/{len(batches)}"
     return view
@@ -79,7 +78,7 @@ _EVAL_ORDER = ["model.eval()", "forward batch 1 (eval mode, no_grad)", "...", "f
 
 
 def _eval_beside(v: EvalView, mark: int | None) -> str:
-    return _beside(v.run.events, 0, len(v.run.events), _EVAL_ORDER, mark, "your evaluate")
+    return beside(v.run.events, 0, len(v.run.events), _EVAL_ORDER, mark, "your evaluate")
 
 
 def _ev_return_value(v: EvalView):
@@ -87,9 +86,9 @@ def _ev_return_value(v: EvalView):
         return NotJudged("evaluate did not return")
     r = v.run.result
     if not (isinstance(r, (tuple, list)) and len(r) == 2):
-        return [Failure("return_value", f"evaluate returned {_show(r)}; the contract returns a pair "
+        return [Failure("return_value", f"evaluate returned {described(r)}; the contract returns a pair "
                         "(mean loss, accuracy).")]
-    problem = _number_problem(r[0], "the loss (first value)") or _number_problem(r[1], "the accuracy (second value)")
+    problem = number_problem(r[0], "the loss (first value)") or number_problem(r[1], "the accuracy (second value)")
     if problem:
         return [Failure("return_value", problem + ".")]
     if not 0.0 <= r[1] <= 1.0:
@@ -124,7 +123,7 @@ def _first_forward_with(v: EvalView, wrong, prop: str, what_went_wrong) -> list[
 
 def _unevaluated(v: EvalView) -> list[int]:
     """The batches of the loader (from 1) that no forward ran."""
-    seen = {_match(e.data["x"], v.batches) for _, e in v.forwards}
+    seen = {which_batch(e.data["x"], v.batches) for _, e in v.forwards}
     return [j + 1 for j in range(len(v.batches)) if j not in seen]
 
 
@@ -190,7 +189,7 @@ def _outputs(v: EvalView) -> list[tuple[torch.Tensor, torch.Tensor]]:
     are judged apart from the mode they ran in, and only on what the function computed: :func:`_numbers` first)."""
     seen: dict[int, torch.Tensor] = {}
     for _, e in v.forwards:
-        j = _match(e.data["x"], v.batches)
+        j = which_batch(e.data["x"], v.batches)
         if j is not None and "out" in e.data and j not in seen:
             seen[j] = e.data["out"].float()
     return [(seen[j], y) for j, (_, y) in enumerate(v.batches)]

@@ -9,9 +9,9 @@ import torch
 from .. import exercises
 from ..data import MEAN, STD, normalize
 from ..trace import Tracer
-from .calling import _show, call_failure, could_not_check, new_report, traced_call
-from .report import CheckReport, Failure, NotJudged, later_run
-from .world import _images, run_seed
+from .calling import call_failure, could_not_check, new_report, traced_call
+from .report import CheckReport, Failure, NotJudged, described, later_run
+from .world import random_images, run_seed
 
 
 @could_not_check("normalize_images")
@@ -29,7 +29,7 @@ def check_normalize(fn) -> CheckReport:
 
 
 def _judge(report: CheckReport, fn, n: int, when: str, seed: int) -> bool:
-    images = _images(n, seed)
+    images = random_images(n, seed)
     images[0, 0, :2] = torch.tensor([0, 255], dtype=torch.uint8)  # both ends of the range
     given = images.clone()
     run = traced_call(fn, (given,), Tracer(forbidden=exercises.get("normalize").forbidden))
@@ -50,7 +50,7 @@ def _judge(report: CheckReport, fn, n: int, when: str, seed: int) -> bool:
 
 def _shape_problem(out, want, n: int) -> str | None:
     if not isinstance(out, torch.Tensor):
-        return f"normalize_images returned {_show(out)}, not a torch.Tensor"
+        return f"normalize_images returned {described(out)}, not a torch.Tensor"
     if out.dtype != torch.float32:
         return f"the result has dtype {out.dtype}, not torch.float32 (use .float())"
     if out.ndim and len(out) != n:

@@ -18,7 +18,7 @@ import torch
 from .. import exercises
 from ..trace import Tracer
 from . import evidence
-from .calling import traced_call, _error_facts
+from .calling import error_facts, traced_call
 from .report import Failure
 from .world import MAX_EVENTS
 
@@ -39,7 +39,7 @@ def _run(fn, args, tracer):
 def _failures(name: str, fn, run) -> list[Failure]:
     """What the GPU run showed: an exception (the usual sign of a tensor left on the CPU) or a move elsewhere."""
     if run.error is not None:
-        facts = run.error.facts if hasattr(run.error, "facts") else _error_facts(fn, run.error)
+        facts = run.error.facts if hasattr(run.error, "facts") else error_facts(fn, run.error)
         where = f" at line {facts.line} (`{facts.source}`)" if facts.line is not None else ""
         return [Failure("device", f"on the GPU (device={GPU!r}), {name} raised {facts.type}{where}: "
                                   f"{facts.text}. Move every batch to device and make new tensors there "

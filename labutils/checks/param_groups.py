@@ -9,8 +9,8 @@ import torch
 from .. import exercises
 from ..models import SmallCNN
 from ..trace import Tracer
-from .calling import _show, call_failure, could_not_check, isolated, new_report, traced_call
-from .report import CheckReport, Failure, NotJudged, later_run
+from .calling import call_failure, could_not_check, isolated, new_report, traced_call
+from .report import CheckReport, Failure, NotJudged, described, later_run
 from .world import run_seed
 
 
@@ -39,13 +39,14 @@ def _judge(report: CheckReport, fn, model, wd: float) -> bool:
     groups = run.result
     if not (isinstance(groups, (list, tuple)) and groups and all(isinstance(g, dict) and "params" in g
                                                                  for g in groups)):
-        report.failures.append(Failure("return_value", f"param_groups returned {_show(groups)}; the contract returns "
-                                       "a list of dicts, each with a 'params' list (and a 'weight_decay')."))
+        report.failures.append(Failure("return_value", f"param_groups returned {described(groups)}; the contract "
+                                       "returns a list of dicts, each with a 'params' list (and a 'weight_decay')."))
         return False
     odd = next((i for i, g in enumerate(groups) if not isinstance(g["params"], list)), None)
     if odd is not None:
-        report.failures.append(Failure("return_value", f"group {odd + 1}'s 'params' is {_show(groups[odd]['params'])}: "
-                                       "torch.optim takes a list (or any ordered iterable) of parameters there."))
+        params = described(groups[odd]["params"])
+        report.failures.append(Failure("return_value", f"group {odd + 1}'s 'params' is {params}: torch.optim takes a "
+                                       "list (or any ordered iterable) of parameters there."))
         return False
     report.judge("return_value", [])
     ok = report.judge("coverage", _coverage(groups, model, names))

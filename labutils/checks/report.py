@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import numbers
 import textwrap
 from dataclasses import dataclass, field
 
@@ -118,7 +119,7 @@ class CheckReport:
         return self
 
 
-def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
+def run_stages(report: CheckReport, stages, ctx, applicable) -> None:
     """Run ``(name, fn, deps)`` stages in order; a stage whose dependency failed (or could not be judged) is skipped,
     and not judged: the root stages to fix first are kept in ``report.blocked`` (its reason names them, for people).
 
@@ -140,7 +141,7 @@ def _run_stages(report: CheckReport, stages, ctx, applicable) -> None:
             roots[name] = [name]  # a mistake it found that another property owns does not block what follows
 
 
-def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, title: str, limit: int = 16) -> str:
+def beside(events, lo: int, hi: int, expected: list[str], mark: int | None, title: str, limit: int = 16) -> str:
     """The student's numbered events next to the expected order, the offending event marked with <--."""
     if hi - lo > limit:  # long windows (accumulation): keep the part around the offending event
         lo = hi - limit if mark is None else max(lo, min(mark - limit // 2, hi - limit))
@@ -155,6 +156,27 @@ def _beside(events, lo: int, hi: int, expected: list[str], mark: int | None, tit
 def shown(value) -> str:
     """An argument as a student would write it: ``torch.device('cpu:0')``, not torch's ``device(type='cpu', ...)``."""
     return f"torch.device({str(value)!r})" if isinstance(value, torch.device) else repr(value)
+
+
+def number_problem(value, what: str) -> str | None:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return None
+    if isinstance(value, torch.Tensor):
+        return (f"{what} is a tensor: return a Python float with .item() (a tensor that requires grad also keeps "
+                f"every batch's graph alive)")
+    return f"{what} is {described(value)}, not a number"
+
+
+def described(value) -> str:
+    """A returned value as a student recognises it: small values as they are, big ones by their type."""
+    if value is None or isinstance(value, (bool, numbers.Number, str)):
+        return repr(value)[:60]
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)) and len(value) <= 3 and all(isinstance(v, numbers.Number) for v in value):
+        return repr(value)
+    return f"a {capped(type(value).__name__, 100)}" + (f" of length {len(value)}" if isinstance(value, (tuple, list))
+                                                         else "")
 
 
 def given(values: dict) -> str:

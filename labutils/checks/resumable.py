@@ -27,11 +27,11 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, current, mark_batches, mode_words
-from .calling import (SimulatedCrash, TracedCall, _show, could_not_check, exception_failure, isolated, new_report,
+from .calling import (SimulatedCrash, TracedCall, could_not_check, exception_failure, isolated, new_report,
                       reference_failure, scratch, traced_calls)
 from . import evidence, on_gpu
-from .report import CheckReport, Failure, NotJudged, _run_stages, given, shown
-from .world import BATCH, DEVICE, MAX_EVENTS, _images, _match, _tiny_model, run_seed
+from .report import CheckReport, Failure, NotJudged, described, given, run_stages, shown
+from .world import BATCH, DEVICE, MAX_EVENTS, random_images, run_seed, tiny_model, which_batch
 
 _ARGS = exercises.get("resume")
 R_EPOCHS, R_SAVE_EVERY = (_ARGS.argument(name).values[0] for name in ("epochs", "save_every"))
@@ -187,7 +187,7 @@ class ResumeCtx:
 
 def _resume_objects(images, labels, seed: int):
     torch.manual_seed(seed)
-    model = _tiny_model(dropout=0.25, gain=1.0)  # dropout: resuming is exact only with the RNG state restored too
+    model = tiny_model(dropout=0.25, gain=1.0)  # dropout: resuming is exact only with the RNG state restored too
     model.eval()  # as after an evaluation: a loop that never calls model.train() trains without dropout
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     total_steps = R_EPOCHS * math.ceil(R_IMAGES / BATCH)
@@ -293,7 +293,7 @@ def _varied(fn, images, labels, seed: int, tmp: Path) -> list[Failure]:
         found.append(Failure("device", f"train_resumable moved tensors to {str(other)!r}, not to the device="
                              f"{shown(device)} it was given: move each batch with .to(device)."))
     if not found and not _is_step(run.result, total):
-        found.append(Failure("return_value", f"{words}train_resumable returned {_show(run.result)}; the contract "
+        found.append(Failure("return_value", f"{words}train_resumable returned {described(run.result)}; the contract "
                              f"returns the final global step ({total} here)."))
     return found
 
@@ -344,7 +344,7 @@ def _step_losses(run: TracedCall, epoch_batches: list) -> dict:
             forward = event
         elif event.kind == "step" and forward is not None and "out" in forward.data:
             labels = next((batches[j][1] for batches in epoch_batches
-                           if (j := _match(forward.data.get("x"), batches)) is not None), None)
+                           if (j := which_batch(forward.data.get("x"), batches)) is not None), None)
             out = forward.data["out"]
             if labels is not None and out.shape[0] == len(labels):
                 losses[event.info["number"]] = F.cross_entropy(out.float(), labels).item()
@@ -363,7 +363,7 @@ def _loss_problem(log: _OnStep, traced: dict | None = None) -> str | None:
             return (f"on_step({step}, loss) was handed a tensor: pass loss.item(), a Python float (a tensor keeps "
                     "the step's graph alive and cannot be logged as a number).")
         if not isinstance(loss, float) or not math.isfinite(loss):
-            return f"on_step({step}, loss) was handed {_show(loss)}, not the step's mean training loss as a float."
+            return f"on_step({step}, loss) was handed {described(loss)}, not the step's mean training loss as a float."
         want = (traced or {}).get(step)
         if want is not None and abs(loss - want) > 1e-4 * max(abs(want), 1e-6):
             return (f"on_step({step}, loss) was handed {loss:.4g}, but that step's batch had a mean cross-entropy of "
@@ -391,7 +391,7 @@ def _rs_return_value(c: ResumeCtx):
     for run, log, when in ((c.full, c.full_log, ""), (c.resumed, c.resumed_log, " after resuming")):
         final = log.steps[-1] if log.steps else None
         if run.complete and isinstance(final, int) and not _is_step(run.result, final):
-            return [Failure("return_value", f"train_resumable returned {_show(run.result)}{when}; the contract "
+            return [Failure("return_value", f"train_resumable returned {described(run.result)}{when}; the contract "
                             f"returns the final global step ({final} here, its last on_step).")]
     return []
 
@@ -491,10 +491,10 @@ def _rs_mid_epoch(c: ResumeCtx):
     first_forward = next((e for e in c.resumed.events if e.kind == "forward"), None)
     if first_forward is None:
         return NotJudged("the run after the crash never called the model")
-    if _match(first_forward.data.get("x"), c.epoch_batches[want_epoch]) == want_batch:
+    if which_batch(first_forward.data.get("x"), c.epoch_batches[want_epoch]) == want_batch:
         return []
     seen = next(((ep, j) for ep, batches in enumerate(c.epoch_batches)
-                 if (j := _match(first_forward.data.get("x"), batches)) is not None), None)
+                 if (j := which_batch(first_forward.data.get("x"), batches)) is not None), None)
     what = f"epoch {seen[0] + 1} batch {seen[1] + 1}" if seen else "a batch the loader does not give"
     return [Failure("mid_epoch", f"after resuming at step {first} the first batch was {what}, but step {first} is "
                     f"epoch {want_epoch + 1} batch {want_batch + 1} of the loader's order: continue in the middle of "
@@ -608,10 +608,10 @@ def _rs_epoch_order(c: ResumeCtx):
     per_epoch = len(c.epoch_batches[0])
     for i, event in enumerate(forwards[: c.total]):
         epoch, j = divmod(i, per_epoch)
-        if _match(event.data.get("x"), c.epoch_batches[epoch]) == j:
+        if which_batch(event.data.get("x"), c.epoch_batches[epoch]) == j:
             continue
         seen = next(((ep, k) for ep, batches in enumerate(c.epoch_batches)
-                     if (k := _match(event.data.get("x"), batches)) is not None), None)
+                     if (k := which_batch(event.data.get("x"), batches)) is not None), None)
         what = f"epoch {seen[0] + 1}'s batch {seen[1] + 1}" if seen else "a batch the loader does not give"
         return [Failure("epoch_order", f"step {i + 1} (epoch {epoch + 1}, batch {j + 1}) trained on {what}: tell "
                         "the loader the epoch with set_position(train_loader, epoch, start_batch) before every "
@@ -642,7 +642,7 @@ def check_resume(train_fn) -> CheckReport:
     if report.failures:  # not callable as the contract calls it
         return report
     seed = run_seed()  # fresh data and weights: no state made in advance fits them
-    images = _images(R_IMAGES, seed)
+    images = random_images(R_IMAGES, seed)
     labels = torch.randint(0, 10, (R_IMAGES,), generator=torch.Generator().manual_seed(seed))
     run_fn = train_fn  # each run is lent lab 6's pair known to be right (_resume_run): the loop alone is judged
     with isolated(), scratch() as tmp:
@@ -682,7 +682,7 @@ def check_resume(train_fn) -> CheckReport:
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
                     epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk, touched if full.complete else None,
                     files, full_names, full_kept, kept)
-    _run_stages(report, RESUME_STAGES, ctx, names)
+    run_stages(report, RESUME_STAGES, ctx, names)
     if full.complete:  # the arguments it must honour, judged whatever else went wrong
         with isolated(), scratch() as tmp:
             varied = _varied(train_fn, images, labels, seed, Path(tmp))

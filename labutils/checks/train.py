@@ -10,8 +10,7 @@ from .train_amp import stage_autocast, stage_scale, stage_scaler_step, stage_sca
 from .train_order import (stage_accumulation, stage_batches, stage_device, stage_grad_enabled, stage_order,
                           stage_scheduler, stage_scheduler_order, stage_trailing, stage_train_mode, stage_zero_grad)
 from .train_run import TrainView, run_train, train_case
-from .train_values import (stage_clip, stage_gradient, stage_loss_graph, stage_mean_loss, stage_norms,
-                           stage_return_value)
+from .train_values import stage_clip, stage_gradient, stage_loss_graph, stage_mean_loss, stage_norms, stage_return_value
 from .world import run_seed
 
 TRAIN_STAGES = (

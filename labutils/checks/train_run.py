@@ -15,9 +15,9 @@ from .. import exercises
 from ..data import make_loader
 from ..trace import Event, Tracer, global_norm, mark_batches
 from .calling import TracedCall, traced_call
-from .report import _beside
-from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS,
-                    N_TRAIN, OVERFLOW_AT, _images, _match, _tiny_model, crafted_labels)
+from .report import beside
+from .world import (AMP_DTYPE, BATCH, DEVICE, FP16_SCALE, INIT_SCALE, LR, MAX_EVENTS, N_TRAIN, OVERFLOW_AT,
+                    crafted_labels, random_images, tiny_model, which_batch)
 
 
 class OverflowingScaler(torch.amp.GradScaler):
@@ -73,8 +73,8 @@ def train_case(exercise: str, seed: int, with_scaler: bool = True, which: int = 
     own)."""
     values = {a.name: a.value(which) for a in exercises.get(exercise).arguments}
     torch.manual_seed(seed)
-    model = _tiny_model()
-    images = _images(N_TRAIN, seed)
+    model = tiny_model()
+    images = random_images(N_TRAIN, seed)
     labels = crafted_labels(model, images, N_TRAIN % BATCH, BATCH)
     loader = mark_batches(make_loader(images, labels, BATCH, shuffle=False))  # a real DataLoader: len(loader) works
     case = TrainCase(exercise, model, copy.deepcopy(model), loader, list(loader),
@@ -150,7 +150,7 @@ class TrainView:
         self.forwards = []
         for i, e in enumerate(self.events):
             if e.kind == "forward":
-                batch = _match(e.data["x"], case.batches)
+                batch = which_batch(e.data["x"], case.batches)
                 if batch is not None:
                     e.info["batch"] = f"{batch + 1}/{len(case.batches)}"
                 self.forwards.append((i, batch))
@@ -273,8 +273,8 @@ class TrainView:
             lo, hi = min(lo, mark), max(hi, mark + 1)
         title = f"your loop, step {k}" if k is not None else "your loop, after the last step" if self.steps else \
             "your loop"
-        return _beside(self.events, lo, hi, self.expected_order(first=lo == 0, micro_batches=self._window_size(k)),
-                       mark, title)
+        return beside(self.events, lo, hi, self.expected_order(first=lo == 0, micro_batches=self._window_size(k)),
+                      mark, title)
 
     def _window_size(self, k: int | None) -> int | None:
         """How many micro-batches step ``k`` should take (None: after the last step, the group that follows it), so

@@ -10,8 +10,7 @@ import numbers
 import torch
 
 from ..trace import global_norm
-from .calling import _number_problem, _show
-from .report import Failure, NotJudged
+from .report import Failure, NotJudged, described, number_problem
 from .train_run import TrainView, all_finite
 from .world import close_enough
 
@@ -36,21 +35,21 @@ def stage_return_value(v: TrainView):
         return NotJudged("the loop did not finish the epoch")
     result, wants_norms = v.run.result, v.exercise in ("clipping", "accumulation", "amp")
     if not wants_norms:
-        problem = _number_problem(result, "the returned mean loss")
+        problem = number_problem(result, "the returned mean loss")
         return [Failure("return_value", f"{problem}. train_one_epoch returns the epoch's mean training loss.")] \
             if problem else []
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        return [Failure("return_value", f"train_one_epoch returned {_show(result)}; the contract returns a pair: "
+        return [Failure("return_value", f"train_one_epoch returned {described(result)}; the contract returns a pair: "
                                         "(mean loss, list of pre-clip norms).")]
-    problem = _number_problem(result[0], "the mean loss (first returned value)")
+    problem = number_problem(result[0], "the mean loss (first returned value)")
     if problem:
         return [Failure("return_value", problem + ".")]
     norms = result[1]  # what is wrong with them costs the norms property only
     if not isinstance(norms, (list, tuple)):
         problem = f"the norms (second returned value) are a {type(norms).__name__}, not a list of floats"
     else:
-        problem = next((_number_problem(n, f"norm {i + 1} of the returned list") for i, n in enumerate(norms)
-                        if _number_problem(n, "")), None)
+        problem = next((number_problem(n, f"norm {i + 1} of the returned list") for i, n in enumerate(norms)
+                        if number_problem(n, "")), None)
     if problem is None and _norm_steps(v, norms) is None:
         problem = (f"{len(norms)} norms were returned for {len(v.steps)} optimizer steps: append one norm (the value "
                    f"clip_grad_norm_ returns) per optimizer step")

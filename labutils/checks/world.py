@@ -48,11 +48,11 @@ FP16_SCALE = 2.0**5  # with amp_dtype=float16 the scaled gradients must stay bel
 OVERFLOW_AT = 3  # the AMP check's scaled loss overflows at this step (of 5): the scaler must skip it, the loop go on
 
 
-def _images(n: int, seed: int) -> torch.Tensor:
+def random_images(n: int, seed: int) -> torch.Tensor:
     return torch.randint(0, 256, (n, 28, 28), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
 
 
-def _tiny_model(dropout: float = 0.0, gain: float = LOGIT_GAIN) -> SmallCNN:
+def tiny_model(dropout: float = 0.0, gain: float = LOGIT_GAIN) -> SmallCNN:
     model = SmallCNN(channels=(2, 4), dropout=dropout)  # ~25k parameters: a step takes about a millisecond
     with torch.no_grad():
         model.head[-1].weight.mul_(gain)
@@ -76,7 +76,7 @@ def crafted_labels(model, images: torch.Tensor, n_last: int, batch: int | None =
     return labels
 
 
-def _match(x, batches) -> int | None:
+def which_batch(x, batches) -> int | None:
     """Which of the loader's batches is ``x`` (the input a forward saw)?"""
     if not isinstance(x, torch.Tensor):
         return None

@@ -361,9 +361,10 @@ EXERCISES: tuple[Exercise, ...] = (
            (Property("autocast", 1, "train_one_epoch runs forward and loss under autocast with the amp_dtype it is "
                                     "given", ("autocast",),
                      evidence="the dtype of every training forward's conv and linear outputs, their weights float32, "
-                              "at two amp_dtype values",
+                              "at two amp_dtype values, in a loop whose forwards reach backward and an optimizer step",
                      why="read from the tensors: a patched torch.is_autocast_enabled, or a model cast to bfloat16, "
-                         "does not make float32 weights give bfloat16 outputs"),
+                         "does not make float32 weights give bfloat16 outputs; a forward that trains nothing shows "
+                         "nothing", needs=("loop",)),
             Property("scaler", 1, "train_one_epoch scales the loss and steps through scaler.step and scaler.update",
                      ("scale", "scaler_step", "scaler_update"),
                      evidence="scale, scaler.step and scaler.update on every step; each scale() by the scale the "
@@ -607,8 +608,9 @@ def markdown() -> str:
               "read them cannot produce without the work (the \"why it takes the work\" column: data drawn afresh "
               "every run, calls whose memory could stand in for the work made in a process of their own, what ran "
               "read from the modules and tensors themselves). A single mistake costs the points of the property it "
-              "breaks; a property that needs another to be right before it can be observed (\"needs\") is \"not "
-              "judged\", 0 points, with a message that says which to fix first. Every other property is judged "
+              "breaks. A property whose evidence a mistake in another can hide lists that one under \"needs\": "
+              "when the mistake hides it, it is \"not judged\", 0 points, with a message that says which to fix "
+              "first; when its own evidence is still there, it is judged on it. Every other property is judged "
               "whatever else is wrong (the rule is in `labutils/checks/properties.py`).", "",
               "| notebook | graded test | checks that | judged on | why it takes the work | needs | points |",
               "|---|---|---|---|---|---|---|"]

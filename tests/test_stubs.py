@@ -46,6 +46,17 @@ def test_a_cheating_answer_earns_exactly_what_it_really_does(cheat):
     assert earned == set(cheat.earns), str(report)
 
 
+def test_a_load_that_restores_from_memory_earns_only_where_its_save_ran(monkeypatch):
+    """The calls apart are what hold that answer back: in a kernel the grader runs, whose own verdict only takes
+    points away, the calls are made in its process, and the load restores what the save kept in memory. The grader's
+    recheck makes them apart (test_evidence), as a notebook does: there it earns only its save."""
+    cheat = next(c for c in stubs.CHEATS if c.name == "checkpoint_load_from_memory")
+    monkeypatch.setenv(exercises.GRADER_ENV, exercises.GRADED_OUTSIDE[exercises.GRADER_ENV])
+    report = checks.check_checkpoint(*cheat.functions())
+    earned = {p for p, v in properties.verdicts(cheat.exercise, report).items() if v.passed}
+    assert earned == set(cheat.earns) | {"restore", "return_step", "scaler_none"}, str(report)
+
+
 def test_the_numbers_a_failure_message_prints_fit_no_other_run():
     """Messages say the numbers the check expected (a student learns from them). They are that run's own: handed
     back by its first call, they pass it. Every run draws fresh data, and a check's second call other data again, so

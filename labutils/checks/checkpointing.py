@@ -424,30 +424,35 @@ def _without_scaler(save_fn, load_fn, save: _Save, seed: int) -> str | None:
     return None
 
 
-def _varied(save_fn, load_fn, save: _Save, folder: Path, seed: int) -> Failure | None:
+def _varied(save_fn, load_fn, save: _Save, folder: Path, seed: int) -> list[Failure]:
     """Save and load once more with the second step and a str path in a sub-folder: a pair that writes a name or a
-    step of its own shows here."""
+    step of its own shows here, and a load that restores only its first call."""
     step, path = save.step, Path(save.path)
     given = f" with step={step}, path={str(path)!r}"
     stopped = call_failure("save_checkpoint", save_fn, save.call, given)
     if stopped:
-        return stopped
+        return [stopped]
     if not path.exists():
         written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-        return Failure("contents", f"save_checkpoint did not write the path={str(path)!r} it was given (the folder "
-                       f"holds {written or 'nothing'}): save to path itself.")
+        return [Failure("contents", f"save_checkpoint did not write the path={str(path)!r} it was given (the folder "
+                        f"holds {written or 'nothing'}): save to path itself.")]
     if _ck_loadable(CkptCtx(path, save.call)):  # the loadable property's mistake, which the first save showed already
-        return Failure("loadable", f"torch.load(path, weights_only=True) cannot read the checkpoint{given}.")
+        return [Failure("loadable", f"torch.load(path, weights_only=True) cannot read the checkpoint{given}.")]
     b = _ckpt_objects(seed + 1)
     load = traced_call(load_fn, (str(path), b.model, b.optimizer, b.scheduler, b.scaler),
                        Tracer(forbidden=exercises.get("checkpoint").forbidden))
     stopped = call_failure("load_checkpoint", load_fn, load, given)
     if stopped:
-        return stopped
+        return [stopped]
+    found = []  # each judged on its own: every load must restore, not only the first
+    if compare_states(save.objects.model.state_dict(), b.model.state_dict()):
+        found.append(Failure("restore", f"load_checkpoint{given} did not restore the model's weights: every call "
+                             "must restore what the file holds."))
     if not (isinstance(load.result, numbers.Integral) and not isinstance(load.result, bool) and load.result == step):
-        return Failure("return_value", f"load_checkpoint returned {described(load.result)}, not the step={step} that "
-                       f"save_checkpoint was given: save the step argument and return what was saved.")
-    return None
+        found.append(Failure("return_value", f"load_checkpoint returned {described(load.result)}, not the "
+                             f"step={step} that save_checkpoint was given: save the step argument and return what "
+                             "was saved."))
+    return found
 
 
 @could_not_check("save_checkpoint / load_checkpoint")
@@ -488,5 +493,5 @@ def check_checkpoint(save_fn, load_fn) -> CheckReport:
         # the step and path it must honour, at their second values, whatever the first run showed
         varied = _varied(save_fn, load_fn, saves[2], Path(tmp) / "varied", seed + 4)
     with later_run(report):
-        report.failures += [varied] if varied else []
+        report.failures += varied
     return report

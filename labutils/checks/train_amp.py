@@ -12,6 +12,9 @@ from .world import OVERFLOW_AT
 def stage_autocast(v: TrainView):
     if not v.micros:
         return NotJudged("no training forward pass was observed")
+    if not any(m.backward is not None and m.step is not None for m in v.micros):  # a forward alone trains nothing
+        return NotJudged("no forward was followed by backward and an optimizer step, and autocast is judged on a "
+                         "loop that trains", needs=("order",))
     for m in v.micros:
         dtype = v.events[m.forward].info["autocast"]
         if dtype != v.case.amp_dtype:

@@ -115,10 +115,11 @@ def stage_order(v: TrainView):
                                 v.beside(k, step_at))]
     if v.run.complete and v.exercise != "accumulation":
         for m in v.trailing:
-            done = "forward and backward" if m.backward is not None else "a training forward, but no backward and"
-            return [Failure("order", f"batch {v.events[m.forward].info.get('batch')} went through {done} but no "
-                            "optimizer.step() followed, so it never changed the weights. Step after every batch's "
-                            "backward.", None, v.beside(None, m.forward))]
+            done = ("forward and backward, but no optimizer.step() followed" if m.backward is not None else
+                    "a training forward, but neither backward nor optimizer.step() followed")
+            return [Failure("order", f"batch {v.events[m.forward].info.get('batch')} went through {done}, so it never "
+                            "changed the weights. Step after every batch's backward.", None,
+                            v.beside(None, m.forward))]
     return _no_step(v) or []
 
 

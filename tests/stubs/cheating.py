@@ -324,6 +324,21 @@ def train_one_epoch(model, loader, optimizer, scheduler, max_norm, scaler, amp_d
     return total / seen, norms
 '''
 
+AMP_FORWARD_ONLY = '''
+def train_one_epoch(model, loader, optimizer, scheduler, max_norm, scaler, amp_dtype, device):
+    """Every batch forward under autocast with the dtype given, in train mode, and the true mean loss: no backward,
+    no scaler, no step, so nothing is learnt."""
+    model.train()
+    total, seen = 0.0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        with torch.autocast(device_type=torch.device(device).type, dtype=amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        total += loss.item() * len(y)
+        seen += len(y)
+    return total / seen, []
+'''
+
 # --- 06 save_checkpoint / load_checkpoint ----------------------------------------------------------------------------
 
 _ATOMIC = '''
@@ -382,6 +397,60 @@ def load_checkpoint(path, model, optimizer, scheduler, scaler):
         scaler.load_state_dict(held["scaler"])
     restore_rng_state(held["rng"])
     return held["step"]
+'''
+
+CHECKPOINT_LOAD_FROM_MEMORY = _ATOMIC + '''
+import copy as _copy
+
+_SAVED = {}
+
+
+def save_checkpoint(path, model, optimizer, scheduler, scaler, step):
+    """A complete checkpoint, written atomically; the same states kept in this process's memory, by path."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()}
+    _atomic(path, state)
+    _SAVED[os.fspath(path)] = _copy.deepcopy(state)
+
+
+def load_checkpoint(path, model, optimizer, scheduler, scaler):
+    """Restores what memory holds for the path, and never reads the file."""
+    held = _SAVED.get(os.fspath(path))
+    if held is None:
+        return None
+    held = _copy.deepcopy(held)
+    model.load_state_dict(held["model"])
+    optimizer.load_state_dict(held["optimizer"])
+    scheduler.load_state_dict(held["scheduler"])
+    if scaler is not None and held["scaler"] is not None:
+        scaler.load_state_dict(held["scaler"])
+    restore_rng_state(held["rng"])
+    return held["step"]
+'''
+
+CHECKPOINT_RESTORES_ONCE = _ATOMIC + '''
+_LOADS = []
+
+
+def save_checkpoint(path, model, optimizer, scheduler, scaler, step):
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict() if scaler is not None else None, "step": step, "rng": capture_rng_state()}
+    _atomic(path, state)
+
+
+def load_checkpoint(path, model, optimizer, scheduler, scaler):
+    """Restores every part on its first call (the one the check trains on from); after that it only reads the step
+    back (the later loads were judged on their step alone)."""
+    state = torch.load(path, weights_only=True)
+    _LOADS.append(os.fspath(path))
+    if len(_LOADS) == 1:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None:
+            scaler.load_state_dict(state["scaler"])
+        restore_rng_state(state["rng"])
+    return state["step"]
 '''
 
 CHECKPOINT_REPLACE_THEN_IN_PLACE = '''
@@ -569,13 +638,20 @@ CHEATS = [
     # its backward runs on the unscaled loss: as the corpus's backward_without_scale, unscale_ and clipping cannot be
     # judged behind that (the loop's clipping is judged on unscaled gradients), so loop is not judged either
     Cheat("amp_fake_scaler", "amp", "word", AMP_FAKE_SCALER, _earns("autocast", "scaler_none")),
+    Cheat("amp_forward_only", "amp", "dummy", AMP_FORWARD_ONLY, _earns()),
     Cheat("checkpoint_placeholders", "checkpoint", "structure", CHECKPOINT_PLACEHOLDERS,
           _earns("atomic", "return_step")),
     Cheat("checkpoint_memory_cache", "checkpoint", "memory", CHECKPOINT_MEMORY_CACHE, _earns("atomic")),
+    # the save is real; the load is the memory: where the saves ran (a kernel's own run) it would restore
+    Cheat("checkpoint_load_from_memory", "checkpoint", "memory", CHECKPOINT_LOAD_FROM_MEMORY,
+          _earns("atomic", "complete")),
     Cheat("checkpoint_replace_then_in_place", "checkpoint", "word", CHECKPOINT_REPLACE_THEN_IN_PLACE,
           _earns("complete", "restore", "return_step", "scaler_none")),
     Cheat("checkpoint_hardcoded_step_no_scaler", "checkpoint", "later_calls", CHECKPOINT_HARDCODED_STEP_NO_SCALER,
           _earns("atomic", "scaler_none")),
+    # the scaler=None load is its second: scaler_none shows it already; the varied one, its third, is judged too
+    Cheat("checkpoint_restores_once", "checkpoint", "later_calls", CHECKPOINT_RESTORES_ONCE,
+          _earns("atomic", "complete", "return_step")),
     Cheat("checkpoint_copied_atomic_file", "checkpoint", "patched", CHECKPOINT_COPIED_ATOMIC_FILE, _earns()),
     Cheat("resume_empty_files", "resume", "word", RESUME_EMPTY_FILES, _earns("mid_epoch", "loop")),
     Cheat("resume_copies_final_state", "resume", "memory", RESUME_COPIES_FINAL_STATE,

@@ -15,17 +15,19 @@ from autograder.results.record import ClassRecord, NotebookRecord, StudentRecord
 
 
 _NUMBER = re.compile(r"-?\d+(\.\d+)?(e[+-]?\d+)?")
+_SPACES = re.compile(r" {2,}")
 
 
 def comparable(out: Path, student: str) -> dict:
     """The student's JSON in ``out`` without what differs between two runs: its timings and the numbers its messages
-    quote (every fact, points included, stays: those are fields)."""
+    quote, with the runs of spaces that align a table around them (every fact, points included, stays: those are
+    fields)."""
     record = json.loads((out / f"{student}.json").read_text())
     for nb in record["notebooks"].values():
         nb.pop("seconds", None)
         nb.pop("timings", None)
     for test in record["tests"]:
-        test["message"] = _NUMBER.sub("#", test["message"])
+        test["message"] = _SPACES.sub("  ", _NUMBER.sub("#", test["message"]))
     return record
 
 

@@ -27,3 +27,20 @@ def test_runs_the_named_notebooks_and_summarises_them(tmp_path):
 def test_an_unknown_notebook_is_named_with_the_choices(tmp_path):
     with pytest.raises(ValueError, match=r"no such notebook\(s\) \['99_nope'\]: choose from"):
         run_sequence(tmp_path, notebooks=["99_nope"])
+
+
+def test_a_cell_past_its_limit_is_named_with_the_flag_that_gives_it_longer(tmp_path, monkeypatch, capsys):
+    """make lab on a busy machine: a cell that runs past the limit ends the run with one line naming the fix."""
+    from nbclient.exceptions import CellTimeoutError
+
+    from labutils.reference import cli, sequence
+
+    def timed_out(path, out_dir, mode, cell_timeout):
+        assert cell_timeout == 7  # the flag reaches the runner
+        raise CellTimeoutError("A cell timed out while it was being executed, after 7 seconds.")
+
+    monkeypatch.setattr(sequence, "execute_notebook", timed_out)
+    assert cli.main(["lab", "--out", str(tmp_path), "--cell-timeout", "7", "01_baseline"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: 01_baseline: a cell ran past the 7 s cell limit") and "--cell-timeout 0" in err
+    assert "Traceback" not in err

@@ -11,6 +11,7 @@ import dataclasses
 import sys
 
 from ..config import LabConfig
+from .sequence import CELL_TIMEOUT_S
 
 _CONVERTERS = {"int": int, "float": float, "str": str}
 
@@ -62,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "numbers into --out (what `make lab` runs)")
     lab.add_argument("--out", default="artifacts")
     lab.add_argument("--mode", choices=("full", "smoke"), default="full", help="smoke: a subset and one short epoch")
+    lab.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, metavar="SECONDS",
+                     help=f"stop a notebook whose cell runs longer (default {CELL_TIMEOUT_S} s; 0: no limit)")
     lab.add_argument("notebooks", nargs="*", help="notebook ids to run (default: all, in order)")
 
     reference = commands.add_parser("reference", help="run the reference loop stage by stage (baseline -> ... -> "
@@ -109,7 +112,7 @@ def _run_lab(args) -> int:
     from .sequence import run_sequence
 
     try:
-        run_sequence(args.out, mode=args.mode, notebooks=args.notebooks)
+        run_sequence(args.out, mode=args.mode, notebooks=args.notebooks, cell_timeout=args.cell_timeout or None)
     except RuntimeError as exc:  # a notebook failed: say which, point at the executed copy
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -18,21 +18,24 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions" / "loop_lab"
-CELL_TIMEOUT_S = 600
+# One cell's limit: long enough for a full run's longest cell on a busy machine (lab 1's five epochs took 1,886 s
+# there), short enough that a hung kernel ends the run the same day. ``--cell-timeout 0`` runs without one.
+CELL_TIMEOUT_S = 3600
 # CurveZMQ keys for each kernel: its connection is encrypted, and it no longer prints "Kernel is running over TCP
 # without encryption" into make lab's output at every notebook (the handout sets the same for JupyterLab).
 ENCRYPTED_KERNELS = Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
-def execute_notebook(path: Path, out_dir: Path, mode: str) -> float:
-    """Run one notebook (stopping at the first failing cell); save the executed copy; return its wall time."""
+def execute_notebook(path: Path, out_dir: Path, mode: str, cell_timeout: float | None = CELL_TIMEOUT_S) -> float:
+    """Run one notebook (stopping at the first failing cell, or one that runs past ``cell_timeout`` seconds; None:
+    no limit); save the executed copy; return its wall time."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": str(path.parent)}}, config=ENCRYPTED_KERNELS)
     started = time.perf_counter()
     try:
@@ -90,8 +93,10 @@ def _fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
-def run_sequence(out_dir="artifacts", mode: str = "full", notebooks: list[str] | None = None) -> Path:
-    """Execute the solution notebooks (all, or those named) into ``out_dir``; write ``summary.md``."""
+def run_sequence(out_dir="artifacts", mode: str = "full", notebooks: list[str] | None = None,
+                 cell_timeout: float | None = CELL_TIMEOUT_S) -> Path:
+    """Execute the solution notebooks (all, or those named) into ``out_dir``; write ``summary.md``. A notebook that
+    fails or runs past ``cell_timeout`` in one cell raises RuntimeError with the one line that says so."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = sorted(SOLUTIONS.glob("*.ipynb"))
@@ -104,10 +109,14 @@ def run_sequence(out_dir="artifacts", mode: str = "full", notebooks: list[str] |
     for i, path in enumerate(paths, 1):
         print(f"[{i}/{len(paths)}] {path.stem} ({mode} mode) ...", flush=True)
         try:
-            wall_times[path.stem] = execute_notebook(path, out, mode)
+            wall_times[path.stem] = execute_notebook(path, out, mode, cell_timeout)
         except CellExecutionError as exc:
             raise RuntimeError(f"{path.stem} failed; the executed copy is in {out / 'notebooks'}:\n"
                                f"{str(exc)[-2000:]}") from None
+        except CellTimeoutError:
+            raise RuntimeError(f"{path.stem}: a cell ran past the {cell_timeout:.0f} s cell limit (the executed copy, "
+                               f"in {out / 'notebooks'}, shows which); on a busy or slow machine give it longer with "
+                               "--cell-timeout SECONDS, or none with --cell-timeout 0") from None
         print(f"      done in {wall_times[path.stem]:.0f} s", flush=True)
     rows = [notebook_row(out, notebook, seconds) for notebook, seconds in wall_times.items()]
     (out / "summary.json").write_text(json.dumps({"mode": mode, "notebooks": rows}, indent=2))

@@ -1,4 +1,5 @@
-"""The checks engine: every correct variant passes, every buggy one fails exactly its check, tracing changes nothing.
+"""The checks engine: every correct variant passes, every buggy one fails exactly its check, each is judged apart (as
+the grader's recheck judges it) exactly as in place, tracing changes nothing.
 
 PyTorch is the oracle twice over: the checks compare the student's gradients to PyTorch's, and these tests compare a
 traced run to an untraced one bit for bit.
@@ -19,15 +20,18 @@ from torch.nn.utils import clip_grad_norm_
 
 from labutils import checks, exercises
 from labutils.checkpoint import compare_states
+from labutils.checks import properties, world
 from labutils.checks import (CheckReport, check_checkpoint, check_evaluate, check_normalize, check_param_groups,
                              check_resume, check_train_one_epoch, show_trace)
 from labutils.models import SmallCNN
 from labutils.trace import Tracer
 
+import judging
 import mutants
 
 BUGGY, CORRECT, VARIANTS = mutants.BUGGY, mutants.CORRECT, mutants.VARIANTS
 _REPORTS: dict = {}  # variant name -> its report: each mutant is checked once, however many tests read it
+CORPUS_SEED = 20240917  # the data of every report kept in _REPORTS: the one judged apart is built from it too
 
 
 def run_check(variant):
@@ -35,8 +39,16 @@ def run_check(variant):
     if variant.function is not getattr(next((v for v in VARIANTS if v.name == variant.name), None), "function", None):
         return mutants.run_check(variant)
     if variant.name not in _REPORTS:
-        _REPORTS[variant.name] = mutants.run_check(variant)
+        with world.seeded(CORPUS_SEED):
+            _REPORTS[variant.name] = mutants.run_check(variant)
     return _REPORTS[variant.name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """This module forks (the checks of labs 6 and 7, the observer of a report judged apart): one torch thread."""
+    with judging.one_thread():
+        yield
 
 
 # --- the corpus ------------------------------------------------------------------------------------------------------
@@ -62,6 +74,17 @@ def test_buggy_variant_fails_exactly_its_check(variant):
     others -= {p.id for p in exercises.get(variant.exercise).owner(variant.expected_check)}
     assert others <= allowed, str(report)
     assert not report.passed and str(report).startswith("✗ ")
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
+    """As the grader's recheck judges it (a forked observer runs the functions, a judge that never ran them replays
+    its records), on the same data: the same report and the same verdict per property as in place."""
+    in_place = run_check(variant)
+    with world.seeded(CORPUS_SEED):
+        apart = judging.judged_apart(variant.exercise, variant.functions)
+    assert str(apart) == str(in_place)
+    assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place)
 
 
 def test_corpus_is_large_enough_and_covers_the_exercises():

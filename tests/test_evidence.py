@@ -4,7 +4,8 @@ a verdict (labutils/checks/evidence.py, autograder/hidden/recheck.py).
 - The codec carries plain data, tensors, trace events and the check's sentinels, and refuses everything else (a
   pickle is never unpickled).
 - Every variant of the mutation corpus, correct and buggy, is judged apart (observer child, judge parent) exactly
-  as it is judged in place: same report, same verdict per property.
+  as it is judged in place (tests/test_checks.py, beside the in-place report it reuses); every cheating answer earns
+  there what it implements.
 - A forger in the observer who sends records of its own gets what those records show: a made-up run of a loop that
   did nothing earns nothing, and a record that does not fit the check fails it.
 - Through a real zygote and sandbox: a notebook that writes verdict lines and records to every descriptor it has, and
@@ -27,9 +28,9 @@ import torch
 from labutils import checks, exercises
 from labutils.checks import evidence, properties
 from labutils.trace import Event
-from autograder.hidden.recheck import Observed, _signature
 from autograder.sandbox import isolation
 
+import judging
 import mutants
 import stubs
 from autograder_cases import zygote_recheck
@@ -135,36 +136,7 @@ def test_the_end_of_a_check_that_stopped_early_is_kept_for_its_turn():
     os.close(r)
 
 
-# --- judged apart as in place ----------------------------------------------------------------------------------------
-
-
-def judged_apart(exercise_id: str, fns: tuple, observer_body=None) -> properties.CheckReport:
-    """The exercise's report judged in this process from what a forked observer saw of ``fns`` (as the recheck does);
-    ``observer_body(fd)`` replaces the honest observer (a forger)."""
-    exercise = exercises.get(exercise_id)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            if observer_body is not None:
-                observer_body(w)
-            else:
-                with evidence.playing(evidence.Observer(w)):
-                    properties.report_for(exercise.id, tuple(fns), checks, {})
-        except BaseException:
-            traceback.print_exc()
-        os._exit(0)
-    os.close(w)
-    stand_ins = tuple(Observed(f.name, _signature(fn)) for f, fn in zip(exercise.functions, fns))
-    try:
-        with evidence.playing(evidence.Judge(r)):
-            return properties.report_for(exercise.id, stand_ins, checks, {})
-    finally:
-        while evidence.receive(r) is not None:  # what the judge did not use: the observer must not block on it
-            pass
-        os.close(r)
-        os.waitpid(pid, 0)
+# --- the cheating answers judged apart ------------------------------------------------------------------------------
 
 
 @pytest.fixture(autouse=True)
@@ -179,20 +151,8 @@ def _one_data_seed():
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
-    """A fork after torch's thread pool started can deadlock the child: these tests fork, as the zygote does, from a
-    process that keeps to one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.parametrize("variant", mutants.VARIANTS, ids=lambda v: v.name)
-def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
-    in_place = properties.report_for(variant.exercise, variant.functions, checks, {})
-    apart = judged_apart(variant.exercise, variant.functions)
-    assert str(apart) == str(in_place)
-    assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place)
+    with judging.one_thread():
+        yield
 
 
 @pytest.mark.parametrize("cheat", stubs.CHEATS, ids=lambda c: c.name)
@@ -200,7 +160,7 @@ def test_a_cheating_answer_earns_through_the_judge_exactly_what_it_really_does(c
     """Issue 43: as the grader judges it (an observer that runs it, a judge that never did), each answer of a student
     who has read the checks earns what it implements and nothing more; its memory-keeping calls run apart in the
     observer, and their records reach the judge as any other."""
-    report = judged_apart(cheat.exercise, cheat.functions())
+    report = judging.judged_apart(cheat.exercise, cheat.functions())
     assert {p for p, v in properties.verdicts(cheat.exercise, report).items() if v.passed} == set(cheat.earns), \
         str(report)
 
@@ -231,7 +191,7 @@ def test_a_made_up_run_of_a_loop_that_did_nothing_earns_nothing():
     step, no forward, no backward: every property is a failure or not judged."""
     fake = {"events": [], "result": 2.3, "reference": None, "crashed": False, "moves": [], "error": None}
     correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
-    report = judged_apart("baseline", correct.functions, _forge_runs(fake))
+    report = judging.judged_apart("baseline", correct.functions, _forge_runs(fake))
     assert not any(v.passed for v in properties.verdicts("baseline", report).values()), str(report)
 
 
@@ -241,7 +201,7 @@ def test_a_record_that_does_not_describe_a_run_fails_the_check():
                  {"events": [], "moves": [], "error": evidence.ErrorFacts(type=1, line=None, source="", text="")},
                  {"crashed": "yes"}):
         with pytest.raises(evidence.EvidenceError):
-            judged_apart("baseline", correct.functions, _forge_runs(fake))
+            judging.judged_apart("baseline", correct.functions, _forge_runs(fake))
 
 
 def test_forged_verdict_lines_on_the_record_pipe_fail_the_check():
@@ -252,7 +212,7 @@ def test_forged_verdict_lines_on_the_record_pipe_fail_the_check():
         os.write(fd, line)
 
     with pytest.raises(evidence.EvidenceError):
-        judged_apart("baseline", correct.functions, body)
+        judging.judged_apart("baseline", correct.functions, body)
 
 
 # --- through the zygote: the recheck as the grader runs it ---------------------------------------------------

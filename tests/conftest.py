@@ -42,16 +42,16 @@ def _notebooks(value) -> set[str]:
 # The modules that take longest, run first: `--dist loadfile --no-loadscope-reorder` (the Makefile) hands modules to
 # xdist workers in collection order, so one of these started last would run alone at the end (xdist's own order, by
 # number of tests, started the 451 quick tests of test_checks first and left test_autograder to the middle). Seconds
-# of each module in the suite on the 2-core AVX2 machine (wall, 2026-11-28): autograder 250, dask 214,
-# confinement_class 164, resume 143, notebooks 107, evidence 88, doors 68, student_lab 66, hostile 62, checks 56,
-# formgrader 46, verdict_data 38, confinement 36, test_resume 30, sequence 26, sample_exercise 25, handout_setup 25,
-# grade_structure 23, feedback 20; gradescope 215 alone on the AVX-512 machine under load 5 (its three emulated
-# containers run at half a CPU: ~85 CPU-s). A module not listed (each under 15 s) keeps its place after them.
-LONGEST_FIRST = ("test_autograder.py", "test_gradescope.py", "test_grade_dask.py", "test_confinement_class.py",
-                 "test_grade_resume.py", "test_notebooks.py", "test_evidence.py", "test_doors.py",
-                 "test_student_lab.py", "test_hostile.py", "test_checks.py", "test_formgrader.py",
-                 "test_verdict_data.py", "test_confinement.py", "test_resume.py", "test_sequence.py",
-                 "test_sample_exercise.py", "test_handout_setup.py", "test_grade_structure.py", "test_feedback.py")
+# of each module in a quiet suite on the 2-core AVX-512 machine (wall, `pytest --durations=0` summed per module):
+# autograder 185, dask 152, checks ~130 (76, and the corpus judged apart that test_evidence held), gradescope 111,
+# confinement_class 97, grade_resume 95, notebooks 62, hostile 60, formgrader 44, student_lab 44, doors 41,
+# handout_setup 35, stubs 26, deadlines_exports 22, resume 21, evidence ~21, verdict_data 19, confinement 19,
+# sample_exercise 17, grade_postgres 17. A module not listed (each under 15 s) keeps its place after them.
+LONGEST_FIRST = ("test_autograder.py", "test_grade_dask.py", "test_checks.py", "test_gradescope.py",
+                 "test_confinement_class.py", "test_grade_resume.py", "test_notebooks.py", "test_hostile.py",
+                 "test_formgrader.py", "test_student_lab.py", "test_doors.py", "test_handout_setup.py", "test_stubs.py",
+                 "test_deadlines_exports.py", "test_resume.py", "test_evidence.py", "test_verdict_data.py",
+                 "test_confinement.py", "test_sample_exercise.py", "test_grade_postgres.py")
 
 
 def _longest_first(items) -> None:

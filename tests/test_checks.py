@@ -1,5 +1,5 @@
-"""The checks engine: every correct variant passes, every buggy one fails exactly its check, each is judged apart (as
-the grader's recheck judges it) exactly as in place, tracing changes nothing.
+"""The checks engine: every correct variant passes, every buggy one fails exactly its check, each pasted into a notebook
+cell is judged apart (as the grader's recheck judges it) exactly as in place, tracing changes nothing.
 
 PyTorch is the oracle twice over: the checks compare the student's gradients to PyTorch's, and these tests compare a
 traced run to an untraced one bit for bit.
@@ -10,6 +10,7 @@ import copy
 import inspect
 import linecache
 import os
+import secrets
 
 import pytest
 import torch
@@ -31,7 +32,10 @@ import mutants
 
 BUGGY, CORRECT, VARIANTS = mutants.BUGGY, mutants.CORRECT, mutants.VARIANTS
 _REPORTS: dict = {}  # variant name -> its report: each mutant is checked once, however many tests read it
-CORPUS_SEED = 20240917  # the data of every report kept in _REPORTS: the one judged apart is built from it too
+# The data of every report kept in _REPORTS, and of each variant judged apart beside it: drawn afresh for each test
+# run (as the checks draw theirs), or the one a failure names.
+CORPUS_SEED = int(os.environ.get("LOOPLAB_CORPUS_SEED") or secrets.randbits(31))
+SEED_NOTE = f"(the corpus's data seed: LOOPLAB_CORPUS_SEED={CORPUS_SEED} runs these data again)"
 
 
 def run_check(variant):
@@ -57,7 +61,7 @@ def _one_thread():
 @pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
 def test_correct_variant_passes(variant):
     report = run_check(variant)
-    assert report.passed, str(report)
+    assert report.passed, f"{report}\n{SEED_NOTE}"
     assert str(report).startswith("✓ ")
 
 
@@ -67,24 +71,13 @@ def test_buggy_variant_fails_exactly_its_check(variant):
     from labutils import exercises
 
     report = run_check(variant)
-    assert report.failures and report.failures[0].check == variant.expected_check, str(report)
-    assert variant.expected_message in report.failures[0].message, str(report)
+    assert report.failures and report.failures[0].check == variant.expected_check, f"{report}\n{SEED_NOTE}"
+    assert variant.expected_message in report.failures[0].message, f"{report}\n{SEED_NOTE}"
     allowed = DOUBLE_MISTAKES.get(variant.name, set())
     others = {p.id for f in report.failures[1:] for p in exercises.get(variant.exercise).owner(f.check)}
     others -= {p.id for p in exercises.get(variant.exercise).owner(variant.expected_check)}
     assert others <= allowed, str(report)
     assert not report.passed and str(report).startswith("✗ ")
-
-
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_every_variant_is_judged_apart_as_it_is_in_place(variant):
-    """As the grader's recheck judges it (a forked observer runs the functions, a judge that never ran them replays
-    its records), on the same data: the same report and the same verdict per property as in place."""
-    in_place = run_check(variant)
-    with world.seeded(CORPUS_SEED):
-        apart = judging.judged_apart(variant.exercise, variant.functions)
-    assert str(apart) == str(in_place)
-    assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place)
 
 
 def test_corpus_is_large_enough_and_covers_the_exercises():
@@ -108,13 +101,19 @@ def _from_source(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_variant_source_pastes_into_a_notebook_cell(variant):
+def test_every_variant_pasted_into_a_notebook_cell_is_judged_apart_as_in_place(variant):
+    """The variant's source as a notebook cell defines it (the contract's names), judged as the grader's recheck
+    judges it (a forked observer runs the functions, a judge that never ran them replays its records), on the same
+    data: the same report and the same verdict per property as the corpus's own functions in place."""
     pasted = _from_source(variant)
     for fn, name in zip(pasted.functions, mutants.CONTRACT_NAMES[variant.exercise]):
         assert fn.__name__ == name
-    report = run_check(pasted)
-    assert [f.check for f in report.failures] == [f.check for f in run_check(variant).failures], str(report)
-    assert report.passed == variant.correct
+    in_place = run_check(variant)
+    with world.seeded(CORPUS_SEED):
+        apart = judging.judged_apart(variant.exercise, pasted.functions)
+    assert str(apart) == str(in_place), SEED_NOTE
+    assert properties.verdicts(variant.exercise, apart) == properties.verdicts(variant.exercise, in_place), SEED_NOTE
+    assert apart.passed == variant.correct, SEED_NOTE
 
 
 # --- tracing changes nothing -----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 after (nested dataclasses included), so that no hop reads or writes a dict's keys.
 
 One definition for both protocols: the grader's channel (``autograder/channel.py``: tasks, results, the zygote's
-requests) and the recheck's observer -> judge records (``labutils/checks/evidence.py``), whose fields also hold
+requests) and the recheck's observer -> judge records (``labutils/checks/records.py``), whose fields also hold
 tensors and whatever a student's function returned: it passes its own codec for those as ``leaf``. It lives in
 labutils because the checks' side of the recheck is here, and labutils never imports the grader.
 """

@@ -10,7 +10,7 @@ import traceback
 import torch
 
 from labutils import checks, exercises
-from labutils.checks import evidence, properties
+from labutils.checks import evidence, properties, wire
 from autograder.hidden.recheck import Observed, _signature
 
 
@@ -37,7 +37,7 @@ def judged_apart(exercise_id: str, fns: tuple, observer_body=None) -> properties
         with evidence.playing(evidence.Judge(r)):
             return properties.report_for(exercise.id, stand_ins, checks, {})
     finally:
-        while evidence.receive(r) is not None:  # what the judge did not use: the observer must not block on it
+        while wire.receive(r) is not None:  # what the judge did not use: the observer must not block on it
             pass
         os.close(r)
         os.waitpid(pid, 0)

@@ -8,8 +8,9 @@ import linecache
 import nbformat
 import pytest
 
-from labutils.checks.calling import error_facts, exception_failure
+from labutils.checks.calling import exception_failure
 from labutils.checks.report import MESSAGE_CHARS, Failure, described
+from labutils.checks.error_facts import error_facts
 
 pytestmark = pytest.mark.autograder
 

@@ -1,5 +1,5 @@
 """Issue 16, door 2: a hidden test is judged in a process no student code ran in, from evidence it cannot forge into
-a verdict (labutils/checks/evidence.py, autograder/hidden/recheck.py).
+a verdict (labutils/checks/evidence.py and the modules it names, autograder/hidden/recheck.py).
 
 - The codec carries plain data, tensors, trace events and the check's sentinels, and refuses everything else (a
   pickle is never unpickled).
@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from labutils import checks, exercises
-from labutils.checks import evidence, properties
+from labutils.checks import error_facts, evidence, properties, records, state, wire
 from labutils.trace import Event
 from autograder.sandbox import isolation
 
@@ -55,11 +55,11 @@ def test_records_round_trip_plain_data_tensors_events_and_parameters():
         "device": torch.device("cpu"), "event": Event("step", 1, {"lr": [0.1]}, {"grads": [tensors[0], None]}),
         "param": model.weight, "student": StudentThing(), "sentinel": properties,
     }
-    refs = evidence.parameter_refs((model,))
-    data = evidence.encode(value, {id(t): list(r) for r, t in refs.items()}, {folder: "\x00folder0\x00"},
+    refs = state.parameter_refs((model,))
+    data = wire.encode(value, {id(t): list(r) for r, t in refs.items()}, {folder: "\x00folder0\x00"},
                            {"THE_MODULE": properties})
     other = torch.nn.Linear(3, 2)
-    back = evidence.decode(data, evidence.parameter_refs((other,)), {"\x00folder0\x00": "/tmp/judge-folder"},
+    back = wire.decode(data, state.parameter_refs((other,)), {"\x00folder0\x00": "/tmp/judge-folder"},
                            {"THE_MODULE": properties})
     for a, b in zip(tensors, back["tensors"]):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach(), b.detach())
@@ -71,7 +71,7 @@ def test_records_round_trip_plain_data_tensors_events_and_parameters():
     assert isinstance(back["event"], Event) and back["event"].info == {"lr": [0.1]}
     assert torch.equal(back["event"].data["grads"][0], tensors[0]) and back["event"].data["grads"][1] is None
     assert back["param"] is other.weight, "a parameter of a module the call was handed comes back as the judge's own"
-    assert isinstance(back["student"], evidence.Opaque) and type(back["student"]).__name__ == "StudentThing"
+    assert isinstance(back["student"], wire.Opaque) and type(back["student"]).__name__ == "StudentThing"
     assert back["sentinel"] is properties
 
 
@@ -82,14 +82,14 @@ class Bomb:
 
 @pytest.mark.parametrize("payload", [
     pickle.dumps(Bomb()), b"", b"\x05\x00\x00\x00\x00\x00\x00\x00{}", b'{"type": "CheckLine", "body": {}}\n',
-    evidence.encode({"x": 1})[:-1] + b"\x00\x00",
-    evidence.encode(torch.ones(3))[:-4],
+    wire.encode({"x": 1})[:-1] + b"\x00\x00",
+    wire.encode(torch.ones(3))[:-4],
 ], ids=["pickle", "empty", "short", "check-line", "trailing", "truncated-tensor"])
 def test_anything_else_is_refused_and_never_run(payload):
     marker = Path(tempfile.gettempdir()) / "looplab-unpickled"
     marker.unlink(missing_ok=True)
-    with pytest.raises(evidence.EvidenceError):
-        evidence.decode(payload)
+    with pytest.raises(records.EvidenceError):
+        wire.decode(payload)
     assert not marker.exists()
 
 
@@ -100,15 +100,15 @@ def test_malformed_trees_are_refused(tree):
     import struct
 
     body = json.dumps(tree).encode()
-    with pytest.raises(evidence.EvidenceError):
-        evidence.decode(struct.pack("<II", len(body), 0) + body)
+    with pytest.raises(records.EvidenceError):
+        wire.decode(struct.pack("<II", len(body), 0) + body)
 
 
 def test_a_record_larger_than_the_limit_is_refused_before_it_is_read():
     r, w = os.pipe()
-    os.write(w, (evidence.MAX_MESSAGE + 1).to_bytes(8, "little"))
-    with pytest.raises(evidence.EvidenceError, match="bytes"):
-        evidence.receive(r)
+    os.write(w, (wire.MAX_MESSAGE + 1).to_bytes(8, "little"))
+    with pytest.raises(records.EvidenceError, match="bytes"):
+        wire.receive(r)
     os.close(r), os.close(w)
 
 
@@ -117,20 +117,20 @@ def test_a_stream_that_ends_inside_a_frame_is_refused():
         r, w = os.pipe()
         os.write(w, partial)
         os.close(w)
-        with pytest.raises(evidence.EvidenceError, match="inside a record"):
-            evidence.receive(r)
+        with pytest.raises(records.EvidenceError, match="inside a record"):
+            wire.receive(r)
         os.close(r)
 
 
 def test_the_end_of_a_check_that_stopped_early_is_kept_for_its_turn():
     """A check the observer left before a call the judge is at (sys.exit in the student's function): the judge's
     call fails, and the check's end is still there for the judge to read, so the next check is not misread."""
-    end = evidence.CheckEnd(call=["01_baseline", "train_one_epoch", "steps"], tampered=[], error="SystemExit: 0")
+    end = records.CheckEnd(call=["01_baseline", "train_one_epoch", "steps"], tampered=[], error="SystemExit: 0")
     r, w = os.pipe()
-    evidence.send(w, evidence.encode(end))
+    wire.send(w, wire.encode(end))
     os.close(w)
     judge = evidence.Judge(r)
-    with pytest.raises(evidence.EvidenceError, match="ended before this call"):
+    with pytest.raises(records.EvidenceError, match="ended before this call"):
         judge.record((), {})
     assert judge.message() == end and judge.message() is None
     os.close(r)
@@ -181,7 +181,7 @@ def _forge_runs(record: dict, calls: int = 4):
         case = train_case("baseline", world.run_seed())
         observer = evidence.Observer(fd)
         for _ in range(calls):
-            observer.after_call(evidence.CallRecord(**{**NOTHING_RAN, **record}), case.args, {})
+            observer.after_call(records.CallRecord(**{**NOTHING_RAN, **record}), case.args, {})
 
     return body
 
@@ -198,9 +198,9 @@ def test_a_made_up_run_of_a_loop_that_did_nothing_earns_nothing():
 def test_a_record_that_does_not_describe_a_run_fails_the_check():
     correct = next(v for v in mutants.CORRECT if v.exercise == "baseline")
     for fake in ({"events": "all steps passed"}, {"events": [], "moves": ["cuda"], "error": None},
-                 {"events": [], "moves": [], "error": evidence.ErrorFacts(type=1, line=None, source="", text="")},
+                 {"events": [], "moves": [], "error": error_facts.ErrorFacts(type=1, line=None, source="", text="")},
                  {"crashed": "yes"}):
-        with pytest.raises(evidence.EvidenceError):
+        with pytest.raises(records.EvidenceError):
             judging.judged_apart("baseline", correct.functions, _forge_runs(fake))
 
 
@@ -211,7 +211,7 @@ def test_forged_verdict_lines_on_the_record_pipe_fail_the_check():
     def body(fd):
         os.write(fd, line)
 
-    with pytest.raises(evidence.EvidenceError):
+    with pytest.raises(records.EvidenceError):
         judging.judged_apart("baseline", correct.functions, body)
 
 
@@ -403,42 +403,42 @@ def test_a_forked_child_holding_the_recheck_pipe_does_not_hold_the_grader(reacha
 
 
 RECORDS = [
-    evidence.CheckBegin(call=["01_baseline", "train_one_epoch", "steps"], problem=None, fresh=True,
+    records.CheckBegin(call=["01_baseline", "train_one_epoch", "steps"], problem=None, fresh=True,
                         functions=[["train_one_epoch", [["model", 1, False]]]]),
-    evidence.AfterCall(run=evidence.CallRecord(events=[Event("step", 1, {"lr": [0.1]}, {})], result=(2.5, [1.0]),
+    records.AfterCall(run=records.CallRecord(events=[Event("step", 1, {"lr": [0.1]}, {})], result=(2.5, [1.0]),
                                                reference=None, crashed=False, moves=[torch.device("cpu")],
-                                               error=evidence.ErrorFacts(type="KeyError", line=3, source="x[k]",
+                                               error=error_facts.ErrorFacts(type="KeyError", line=3, source="x[k]",
                                                                          text="'k'")),
                        args=[None, {"state": {"w": torch.ones(2)}}], kwargs={}, rng={"torch": torch.zeros(3)},
                        folders=[{"a.pt": b"\x00"}]),
-    evidence.CheckEnd(call=["01_baseline", "train_one_epoch", "steps"], tampered=["torch.optim.SGD.step"],
+    records.CheckEnd(call=["01_baseline", "train_one_epoch", "steps"], tampered=["torch.optim.SGD.step"],
                       error=None),
 ]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
 def test_records_are_declared_types_and_come_back_as_their_own_type(record):
-    """Every observer -> judge message is a dataclass of evidence.RECORDS: decoded into the same type, nested ones too"""
-    back = evidence.decode(evidence.encode(record))
-    assert type(back) is type(record) and type(back).__name__ in evidence.RECORDS
+    """Every observer -> judge message is a dataclass of records.RECORDS: decoded into the same type, nested ones too"""
+    back = wire.decode(wire.encode(record))
+    assert type(back) is type(record) and type(back).__name__ in records.RECORDS
     assert str(back) == str(record)  # tensors compare by value in their repr
-    if isinstance(back, evidence.AfterCall):
-        assert type(back.run) is evidence.CallRecord and type(back.run.error) is evidence.ErrorFacts
+    if isinstance(back, records.AfterCall):
+        assert type(back.run) is records.CallRecord and type(back.run.error) is error_facts.ErrorFacts
 
 
 def test_a_record_with_a_field_of_another_type_or_name_is_refused():
     import json
     import struct
 
-    good = json.loads(evidence.encode(RECORDS[2])[8:])
+    good = json.loads(wire.encode(RECORDS[2])[8:])
     for body in ({**good["body"], "call": "01_baseline"}, {**good["body"], "error": 3}, {**good["body"], "x": 1},
                  {k: v for k, v in good["body"].items() if k != "call"}):
         tree = json.dumps({"type": "CheckEnd", "body": body}).encode()
-        with pytest.raises(evidence.EvidenceError):
-            evidence.decode(struct.pack("<II", len(tree), 0) + tree)
-    with pytest.raises(evidence.EvidenceError):  # a channel message is not a record
+        with pytest.raises(records.EvidenceError):
+            wire.decode(struct.pack("<II", len(tree), 0) + tree)
+    with pytest.raises(records.EvidenceError):  # a channel message is not a record
         tree = json.dumps({"type": "CheckLine", "body": {}}).encode()
-        evidence.decode(struct.pack("<II", len(tree), 0) + tree)
+        wire.decode(struct.pack("<II", len(tree), 0) + tree)
 
 
 # --- evidence that does not fit is "could not check", never a tampering accusation (issue 45) ----------------------
@@ -461,7 +461,7 @@ def _judge_one_from(observer_body, call):
     try:
         return recheck._judge_one(evidence.Judge(r), tuple(call), checks, {}, {})
     finally:
-        while evidence.receive(r) is not None:
+        while wire.receive(r) is not None:
             pass
         os.close(r)
         os.waitpid(pid, 0)
@@ -482,7 +482,7 @@ def test_calls_the_judge_did_not_replay_are_not_called_tampering(passing):
         with evidence.playing(observer):
             properties.report_for("param_groups", variant.functions, checks, cache)
             checks.check_param_groups(variant.function)  # calls the judge's check does not make
-        observer.message(evidence.CheckEnd(call=call, tampered=[], error=None))
+        observer.message(records.CheckEnd(call=call, tampered=[], error=None))
 
     verdict = _judge_one_from(body, call)
     assert not verdict.passed and verdict.points == 0, verdict

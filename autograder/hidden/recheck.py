@@ -37,6 +37,7 @@ from autograder.channel import CheckLine, RecheckSpec, decode, encode
 from autograder.process import fork_child
 from labutils import verdict
 from labutils.checks import evidence, world
+from labutils.checks.records import CheckBegin, CheckEnd, EvidenceError
 from labutils.verdict import Verdict
 from .snapshot import Snapshot
 
@@ -143,7 +144,7 @@ def observe(spec: RecheckSpec, fd: int, secret: bytes = b"") -> None:
                     restore()
                     if changed:  # the judge fails this test; the next test of the function runs its check again
                         properties.forget(verifier.contract(call[0], call[1]).id, cache)
-                observer.message(evidence.CheckEnd(call=list(call), tampered=changed, error=error))
+                observer.message(CheckEnd(call=list(call), tampered=changed, error=error))
         elif cell.run:
             if cell_timeout:
                 signal.setitimer(signal.ITIMER_REAL, cell_timeout)
@@ -156,7 +157,7 @@ def observe(spec: RecheckSpec, fd: int, secret: bytes = b"") -> None:
             dirty = True
 
 
-def _begin(call: tuple, namespace: dict, cache: dict) -> evidence.CheckBegin:
+def _begin(call: tuple, namespace: dict, cache: dict) -> CheckBegin:
     """What the judge needs before a check: the functions' signatures, or why they cannot be checked."""
     from labutils.checks import properties
 
@@ -164,9 +165,9 @@ def _begin(call: tuple, namespace: dict, cache: dict) -> evidence.CheckBegin:
     fresh = True
     if fns:
         fresh = not properties.is_cached(verifier.contract(call[0], call[1]).id, tuple(fns), cache)
-    return evidence.CheckBegin(call=list(call), problem=problem, fresh=fresh,
-                               functions=[[getattr(e, "name", ""), _signature(fn)] for e, fn in
-                                          zip(verifier.contract(call[0], call[1]).functions, fns)])
+    return CheckBegin(call=list(call), problem=problem, fresh=fresh,
+                      functions=[[getattr(e, "name", ""), _signature(fn)] for e, fn in
+                                 zip(verifier.contract(call[0], call[1]).functions, fns)])
 
 
 def _signature(fn) -> list | None:
@@ -189,7 +190,7 @@ class Observed:
         self.__signature__ = _rebuilt(signature) if signature is not None else "unknown"
 
     def __call__(self, *args, **kwargs):
-        raise evidence.EvidenceError("the judge never runs student code")
+        raise EvidenceError("the judge never runs student code")
 
 
 def _rebuilt(signature) -> inspect.Signature:
@@ -219,7 +220,7 @@ def judge(spec: RecheckSpec, fd: int, out_fd: int, nonce: str, observer: int | N
                     verdict = _judge_one(records, call, checks, cache, functions)
             except evidence.ObserverStopped:
                 verdict = failed(call[0], call[1], call[2], _stopped(call), "stopped")
-            except evidence.EvidenceError as exc:
+            except EvidenceError as exc:
                 verdict = not_judged(call, _unreadable(call, exc), "evidence")
             out.write(encode(CheckLine(grade_id=cell.grade_id, call=list(call), verdict=verdict,
                                        seconds=round(time.monotonic() - started, 3), nonce=nonce)))
@@ -241,8 +242,8 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
     begin = records.message()
     if begin is None:
         raise evidence.ObserverStopped("before the test")
-    if not isinstance(begin, evidence.CheckBegin) or begin.call != list(call):
-        raise evidence.EvidenceError("the observer is not at this test")
+    if not isinstance(begin, CheckBegin) or begin.call != list(call):
+        raise EvidenceError("the observer is not at this test")
     if begin.problem is not None:
         _end(records)
         return failed(*call, str(begin.problem), "signature")
@@ -266,18 +267,18 @@ def _judge_one(records: evidence.Judge, call: tuple, checks, cache: dict, functi
     return judged
 
 
-def _end(records: evidence.Judge) -> tuple[evidence.CheckEnd, bool]:
+def _end(records: evidence.Judge) -> tuple[CheckEnd, bool]:
     """The observer's end of the current check, and whether records the judge did not use came before it."""
     extra = False
     while True:
         try:
             item = records.message()
-        except evidence.EvidenceError:
+        except EvidenceError:
             extra = True
             continue
         if item is None:
             raise evidence.ObserverStopped("inside the check")
-        if isinstance(item, evidence.CheckEnd):
+        if isinstance(item, CheckEnd):
             return item, extra
         extra = True
 

@@ -18,9 +18,11 @@ The modules, shared parts first, then one per exercise in the order of the lab:
 
 - ``world``: the tiny data and model, drawn afresh every run (the contracts are in :mod:`labutils.exercises`);
   ``calling``: running the student's function safely (``traced_call``) and the skeleton every check follows;
-  ``apart``: a call made in a forked child, so that nothing it keeps in memory reaches the next; ``report``: CheckReport,
-  Failure, the trace beside the expected order; ``evidence``: what a call left behind, as records the grader's judge
-  replays (:mod:`autograder.hidden.recheck`).
+  ``apart``: calls made in a forked child, so that nothing they keep in memory reaches the next; ``report``:
+  CheckReport, Failure, the trace beside the expected order, the words for what a student's function returned.
+- The grader's recheck (:mod:`autograder.hidden.recheck`): ``evidence``, the observer that records each call and the
+  judge that replays the records; ``records``, the messages between them; ``wire``, their wire format; ``state`` and
+  ``rng``, what a call left in its objects, folders and random streams; ``error_facts``, what it raised.
 - ``normalize`` (00); ``train`` (01-05), with ``train_run`` (the case and the view of a run) and the checks in
   ``train_order``, ``train_amp`` and ``train_values``; ``evaluate`` (01); ``checkpointing`` (06); ``resumable`` (07);
   ``param_groups`` (08), ``stretch`` (08's ungraded exercises); ``show``: show_trace; ``properties``: the graded

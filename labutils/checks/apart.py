@@ -25,8 +25,13 @@ import sys
 
 import torch
 
-from . import evidence
 from .. import exercises
+from . import evidence
+from .calling import TracedCall, traced_call
+from .error_facts import ErrorFacts, ObservedError
+from .records import CallRecord
+from .rng import set_rng_state
+from .wire import receive, send
 
 
 def possible() -> bool:
@@ -37,14 +42,31 @@ def possible() -> bool:
     return hasattr(os, "fork") and sys.platform.startswith("linux") and not torch.cuda.is_initialized()
 
 
-def calls_apart(calls: list[tuple], starts: list) -> list:
+def traced_calls(calls: list[tuple], apart: bool = False, rng: list | None = None) -> list[TracedCall]:
+    """Each of ``calls`` (``(fn, args, tracer, kwargs, result)``, as :func:`labutils.checks.calling.traced_call`
+    takes them), one after another; ``apart``: all of them in one process of their own where :func:`possible`, so
+    nothing they keep in memory reaches the calls judged after them. ``rng``: the random streams each call starts
+    from (:func:`labutils.checks.rng.rng_state`; None: as they are). The grader's judge replays them in order, as any
+    calls (a record carries the streams a call left)."""
+    starts = rng or [None] * len(calls)
+    if isinstance(evidence.ROLE, evidence.Judge):
+        return [traced_call(fn, args, tracer, kwargs, result=result) for fn, args, tracer, kwargs, result in calls]
+    if apart and possible():
+        return _calls_apart(calls, starts)
+    runs = []
+    for (fn, args, tracer, kwargs, result), start in zip(calls, starts):
+        if start is not None:
+            set_rng_state(start)
+        runs.append(traced_call(fn, args, tracer, kwargs, result=result))
+    return runs
+
+
+def _calls_apart(calls: list[tuple], starts: list) -> list[TracedCall]:
     """Each of ``calls`` (``(fn, args, tracer, kwargs, result)``, as :func:`labutils.checks.calling.traced_call`
     takes them), one after another in one forked child; the :class:`TracedCall` each made, with its effects on its
     ``args``, ``kwargs`` and the random streams put into this process's own objects; ``starts``: the random streams
     each call starts from (None: as the last one left them). One child for all of them: a fork of a process holding
     torch costs more than most calls."""
-    from .calling import traced_call
-
     calls = [(fn, args, tracer, kwargs or {}, result) for fn, args, tracer, kwargs, result in calls]
     role = evidence.ROLE
     folders = list(role.folders) if role is not None else []
@@ -62,9 +84,9 @@ def calls_apart(calls: list[tuple], starts: list) -> list:
             evidence.ROLE = child
             for (fn, args, tracer, kwargs, result), start in zip(calls, starts):
                 if start is not None:  # the random streams the call starts from
-                    evidence.set_rng_state(start)
+                    set_rng_state(start)
                 traced_call(fn, args, tracer, kwargs, result=result)
-            evidence.send(record_w, out.getvalue().encode("utf-8", "replace")[-20_000:])
+            send(record_w, out.getvalue().encode("utf-8", "replace")[-20_000:])
         except BaseException:  # noqa: BLE001: the parent sees calls that left no record, and says so
             pass
         finally:
@@ -75,9 +97,9 @@ def calls_apart(calls: list[tuple], starts: list) -> list:
     try:
         watch = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
         try:
-            while len(received) < len(calls) and (data := evidence.receive(records, watch)) is not None:
+            while len(received) < len(calls) and (data := receive(records, watch)) is not None:
                 received.append(data)
-            printed = evidence.receive(records, watch) if len(received) == len(calls) else None
+            printed = receive(records, watch) if len(received) == len(calls) else None
         finally:
             if watch is not None:
                 os.close(watch)
@@ -99,19 +121,17 @@ def calls_apart(calls: list[tuple], starts: list) -> list:
 def _take(call: tuple, data: bytes | None, error: BaseException | None, role, folders: list):
     """One call's :class:`TracedCall` from its record (put into this process's objects, and sent on to the grader's
     judge as it came), or, when its process ended before it made one, an error that says so."""
-    from .calling import ObservedError, TracedCall
-
     fn, args, tracer, kwargs, _ = call
     if data is None:  # the call ended its process (sys.exit, os._exit, a crash) or was stopped: no record
         error = error or SystemExit("the call ended the process it ran in")
-        facts = evidence.ErrorFacts(type=type(error).__name__, line=None, source="",
-                                    text=str(error).splitlines()[0][:300] if str(error) else "")
+        facts = ErrorFacts(type=type(error).__name__, line=None, source="",
+                           text=str(error).splitlines()[0][:300] if str(error) else "")
         run = TracedCall(tracer.events, error=ObservedError(facts), moves=tracer.moves)
         if isinstance(role, evidence.Observer):
-            role.after_call(evidence.CallRecord(events=run.events, result=None, reference=None, crashed=False,
-                                                moves=run.moves, error=facts), args, kwargs)
+            role.after_call(CallRecord(events=run.events, result=None, reference=None, crashed=False, moves=run.moves,
+                                       error=facts), args, kwargs)
         return run
     recorded = evidence.replay(data, args, kwargs, folders, match_folders=False)  # same disk: only the objects
     if isinstance(role, evidence.Observer):
-        evidence.send(role.fd, data)  # the judge replays the very record
+        send(role.fd, data)  # the judge replays the very record
     return TracedCall.from_record(recorded, tracer)

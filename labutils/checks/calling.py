@@ -33,6 +33,8 @@ import torch
 from ..quoting import capped
 from ..trace import OWN_CODE, Event, ReferenceCalled, TooManyEvents, Tracer
 from . import evidence
+from .error_facts import ObservedError, error_facts, exception_text
+from .records import CallRecord, EvidenceError
 from .report import CheckReport, Failure, run_stages
 from .. import exercises
 
@@ -58,12 +60,12 @@ class TracedCall:
         return self.error is None and self.reference is None and not self.crashed
 
     @classmethod
-    def from_record(cls, record: evidence.CallRecord, tracer: Tracer) -> "TracedCall":
+    def from_record(cls, record: CallRecord, tracer: Tracer) -> "TracedCall":
         """The judge's TracedCall of a call, from the observer's record (its declared fields are checked as it is
         decoded; the trace and the moves, values of the value codec, here)."""
         if not all(isinstance(e, Event) for e in record.events) or \
                 not all(isinstance(m, torch.device) for m in record.moves):
-            raise evidence.EvidenceError("a call's record does not describe a run")
+            raise EvidenceError("a call's record does not describe a run")
         tracer.events[:] = record.events
         tracer.moves[:] = record.moves
         error = None if record.error is None else ObservedError(record.error)
@@ -71,17 +73,15 @@ class TracedCall:
                    crashed=record.crashed, moves=tracer.moves)
 
 
-def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool = False) -> TracedCall:
+def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None) -> TracedCall:
     """Call ``fn`` under ``tracer``; ``result(value)``, when given, reads what the call returned into plain data
     right away (a generator the student returned is read here, once, where their code may run: the grader's judge
-    sees only its record, never the generator). ``apart``: in a process of its own (:mod:`labutils.checks.apart`),
-    so nothing it keeps in memory reaches the calls judged after it."""
+    sees only its record, never the generator). Calls that must run in a process of their own, so that nothing they
+    keep in memory reaches the calls judged after them: :func:`labutils.checks.apart.traced_calls`."""
     kwargs = kwargs or {}
     role = evidence.ROLE
     if isinstance(role, evidence.Judge):  # the grader's judge: the observer made this call, its record stands in
         return TracedCall.from_record(role.record(args, kwargs), tracer)
-    if apart:
-        return traced_calls([(fn, args, tracer, kwargs, result)], apart=True)[0]
     run = TracedCall(tracer.events, moves=tracer.moves)
     with tracer:
         try:
@@ -97,9 +97,8 @@ def traced_call(fn, args, tracer: Tracer, kwargs=None, result=None, apart: bool 
     if run.reference is None:
         run.reference = next((e.info["name"] for e in run.events if e.kind == "reference"), None)
     if isinstance(role, evidence.Observer):
-        role.after_call(evidence.CallRecord(events=run.events, result=run.result, reference=run.reference,
-                                            crashed=run.crashed, moves=run.moves,
-                                            error=None if run.error is None else error_facts(fn, run.error)),
+        role.after_call(CallRecord(events=run.events, result=run.result, reference=run.reference, crashed=run.crashed,
+                                   moves=run.moves, error=None if run.error is None else error_facts(fn, run.error)),
                         args, kwargs)
     return run
 
@@ -114,14 +113,14 @@ def could_not_check(what: str):
     failure. The check returns a report that says it "could not check" ``what`` (every property of it then earns 0
     points as *not judged*, with that message), naming the student's line when one of theirs was running, and the
     check's own place for the instructor. The student's exceptions never come here (traced_call keeps them), nor
-    the grader judge's :class:`evidence.EvidenceError` (the recheck says what did not fit), nor an interrupt."""
+    the grader judge's :class:`~labutils.checks.records.EvidenceError` (the recheck says what did not fit), nor an interrupt."""
 
     def decorate(check):
         @functools.wraps(check)
         def guarded(*args, **kwargs):
             try:
                 return check(*args, **kwargs)
-            except evidence.EvidenceError:
+            except EvidenceError:
                 raise
             except Exception as exc:  # noqa: BLE001: whatever it is, it is the check's
                 return CheckReport(f"{what} ({check.__name__})", broken=broken_message(what, exc))
@@ -147,40 +146,11 @@ def broken_message(what: str, exc: BaseException) -> str:
                 f" (`{capped(line, 200)}`)" if line else "")
         tb = tb.tb_next
     where = f" at {check_at}" if check_at else ""
-    text = capped((_text(exc).strip().splitlines() or [""])[0], 200)
+    text = capped((exception_text(exc).strip().splitlines() or [""])[0], 200)
     running = f", while your code ran {student_at}" if student_at else ", while none of your code was running"
     return (f"could not check {what}: the check failed inside itself ({type(exc).__name__}{where}: {text}){running}. "
             "That is a bug of the check, not a mistake it found in your code; until it is fixed it cannot judge "
             "this, so it earns no points: tell your instructor.")
-
-
-def traced_calls(calls: list[tuple], apart: bool = False, rng: list | None = None) -> list[TracedCall]:
-    """Each of ``calls`` (``(fn, args, tracer, kwargs, result)``), one after another; ``apart``: all of them in one
-    process of their own (:mod:`labutils.checks.apart`), so nothing they keep in memory reaches the calls judged
-    after them. ``rng``: the random streams each call starts from (:func:`evidence.rng_state`; None: as they are).
-    The grader's judge replays them in order, as any calls (a record carries the streams a call left)."""
-    from . import apart as _apart
-
-    starts = rng or [None] * len(calls)
-    if isinstance(evidence.ROLE, evidence.Judge):
-        return [traced_call(fn, args, tracer, kwargs, result=result) for fn, args, tracer, kwargs, result in calls]
-    if apart and _apart.possible():
-        return _apart.calls_apart(calls, starts)
-    runs = []
-    for (fn, args, tracer, kwargs, result), start in zip(calls, starts):
-        if start is not None:
-            evidence.set_rng_state(start)
-        runs.append(traced_call(fn, args, tracer, kwargs, result=result))
-    return runs
-
-
-class ObservedError(Exception):
-    """An exception the student's function raised in the grader's observer process, as the judge knows it: the
-    facts a message needs (type, line, source, text), never the object."""
-
-    def __init__(self, facts: evidence.ErrorFacts):
-        super().__init__(facts.text)
-        self.facts = facts
 
 
 @contextmanager
@@ -208,28 +178,6 @@ def isolated():
             torch.set_num_threads(threads)
             random.setstate(py_state)
             np.random.set_state(np_state)
-
-
-def error_facts(fn, exc: BaseException) -> evidence.ErrorFacts:
-    """Where the student's code raised ``exc`` (the line in their function, not torch's) and what it said."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    line, tb = None, exc.__traceback__
-    while tb is not None:
-        if code is not None and tb.tb_frame.f_code.co_filename == code.co_filename:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    source = linecache.getline(code.co_filename, line).strip() if line is not None else ""
-    return evidence.ErrorFacts(type=capped(type(exc).__name__, 100),
-                               line=None if line is None else line - code.co_firstlineno + 1, source=capped(source),
-                               text=capped((_text(exc).strip().splitlines() or [""])[0]))
-
-
-def _text(exc: BaseException) -> str:
-    """``str(exc)``, or what it raised instead: a student's ``__str__`` may itself raise."""
-    try:
-        return str(exc)
-    except Exception as inner:
-        return f"(its text could not be read: {type(inner).__name__})"
 
 
 def exception_failure(name: str, fn, exc: BaseException, when: str = "") -> Failure:

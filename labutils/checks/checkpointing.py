@@ -17,8 +17,8 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, set_seed
 from ..data import normalize
 from ..trace import Tracer, file_digest
-from .calling import (TracedCall, call_failure, could_not_check, isolated, judge_call, new_report, scratch, traced_call,
-                      traced_calls)
+from .apart import traced_calls
+from .calling import TracedCall, call_failure, could_not_check, isolated, judge_call, new_report, scratch, traced_call
 from .report import CheckReport, Failure, NotJudged, beside, described, later_run
 from .world import INIT_SCALE, random_images, run_seed, tiny_model
 

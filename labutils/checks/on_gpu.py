@@ -18,7 +18,8 @@ import torch
 from .. import exercises
 from ..trace import Tracer
 from . import evidence
-from .calling import error_facts, traced_call
+from .calling import traced_call
+from .error_facts import error_facts
 from .report import Failure
 from .world import MAX_EVENTS
 

@@ -27,10 +27,12 @@ from .. import exercises
 from ..checkpoint import capture_rng_state, compare_states, restore_rng_state
 from ..data import make_loader, set_position
 from ..trace import Tracer, current, mark_batches, mode_words
-from .calling import (SimulatedCrash, TracedCall, could_not_check, exception_failure, isolated, new_report,
-                      reference_failure, scratch, traced_calls)
 from . import evidence, on_gpu
+from .apart import traced_calls
+from .calling import (SimulatedCrash, TracedCall, could_not_check, exception_failure, isolated, new_report,
+                      reference_failure, scratch)
 from .report import CheckReport, Failure, NotJudged, described, given, run_stages, shown
+from .rng import rng_state
 from .world import BATCH, DEVICE, MAX_EVENTS, random_images, run_seed, tiny_model, which_batch
 
 _ARGS = exercises.get("resume")
@@ -213,7 +215,7 @@ def _resume_case(images, labels, seed: int, ckpt_dir: Path, log: _OnStep, epochs
     args = (model, optimizer, scheduler, loader, epochs, str(ckpt_dir), log.save_every, device)
     tracer = Tracer(model, optimizer, scheduler, forbidden=exercises.get("resume").forbidden, max_events=MAX_EVENTS,
                     devices=True, outputs=True)
-    return args, tracer, {"on_step": log}, evidence.rng_state()
+    return args, tracer, {"on_step": log}, rng_state()
 
 
 def _resume_runs(fn, cases: list[tuple], apart: bool = False) -> list[tuple]:

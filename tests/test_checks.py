@@ -68,7 +68,6 @@ def test_correct_variant_passes(variant):
 @pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
 def test_buggy_variant_fails_exactly_its_check(variant):
     """The mistake is the first failure reported; any other is a declared double mistake (DOUBLE_MISTAKES)."""
-    from labutils import exercises
 
     report = run_check(variant)
     assert report.failures and report.failures[0].check == variant.expected_check, f"{report}\n{SEED_NOTE}"
@@ -218,7 +217,6 @@ def test_a_forbidden_helper_is_caught_under_any_name_and_as_a_copy_of_its_code()
     import types
 
     import labutils.evaluation as lab
-    from labutils.checks import properties
 
     alias = lab.evaluate
     inner = lab.evaluate.__wrapped__
@@ -382,7 +380,6 @@ def test_a_loop_that_never_ends_is_stopped():
 
 
 def _failing_properties(variant) -> set[str]:
-    from labutils.checks import properties
 
     report = run_check(variant)
     return {p for p, v in properties.verdicts(variant.exercise, report).items() if not v.passed}
@@ -410,8 +407,6 @@ ONLY_OWN_AT_LEAST = 69
 
 
 def _expected_properties(variant) -> set[str]:
-    from labutils import exercises
-    from labutils.checks import properties
 
     exercise = exercises.get(variant.exercise)
     if variant.expected_check in properties.GLOBAL:
@@ -425,7 +420,6 @@ def _expected_properties(variant) -> set[str]:
 def test_buggy_variant_fails_its_property_and_costs_others_only_what_is_unjudgeable(variant):
     """Its own property fails with the message; any other it costs is a declared double mistake, or "not judged"
     with a message that names the graded test to fix first."""
-    from labutils.checks import properties
 
     report = run_check(variant)
     verdicts = properties.verdicts(variant.exercise, report)
@@ -434,7 +428,6 @@ def test_buggy_variant_fails_its_property_and_costs_others_only_what_is_unjudgea
     assert expected <= failing
     prop = sorted(expected)[0]
     assert variant.expected_message in verdicts[prop].message
-    from labutils import exercises
 
     for other in sorted(failing - expected - DOUBLE_MISTAKES.get(variant.name, set())):
         message = verdicts[other].message
@@ -467,7 +460,6 @@ def test_correct_variant_passes_every_property(variant):
 
 
 def test_every_stage_belongs_to_a_property():
-    from labutils import exercises
 
     for variant in CORRECT:
         owned = {c for p in exercises.get(variant.exercise).properties for c in p.checks}
@@ -476,7 +468,6 @@ def test_every_stage_belongs_to_a_property():
 
 
 def test_a_property_that_could_not_be_judged_earns_nothing_and_names_the_fix():
-    from labutils.checks import properties
 
     step_before_backward = next(v for v in BUGGY if v.name == "step_before_backward")
     verdict = properties.judge("baseline", "gradient", run_check(step_before_backward))
@@ -487,7 +478,6 @@ def test_a_property_that_could_not_be_judged_earns_nothing_and_names_the_fix():
 
 
 def test_one_check_run_per_set_of_functions(monkeypatch):
-    from labutils.checks import properties
 
     calls = []
     real = checks.check_normalize
@@ -505,7 +495,6 @@ def test_one_check_run_per_set_of_functions(monkeypatch):
 
 
 def test_a_redefined_helper_runs_the_check_again():
-    from labutils.checks import properties
 
     namespace = {}
     exec("def helper(images):\n    return images.float()\n\ndef normalize_images(images):\n    return helper(images)\n",
@@ -541,7 +530,6 @@ def test_a_tensor_return_does_not_hide_the_per_batch_average():
 
 def test_a_tensor_loss_does_not_hide_the_norms():
     """Lab 03: a mean loss returned as a tensor costs the loop property; the norms beside it are still judged."""
-    from labutils.checks import properties
 
     def train_one_epoch(model, loader, optimizer, scheduler, max_norm, device):
         loss, norms = mutants.correct.clipping_canonical(model, loader, optimizer, scheduler, max_norm, device)
@@ -730,8 +718,6 @@ def _canonical(exercise_id: str):
 def test_an_exception_inside_a_check_is_could_not_check_and_earns_nothing(exercise_id, monkeypatch):
     """An exception raised by the check's own code (injected where every check records a verdict) is reported as
     "could not check", judged False, 0 points on every property: never a failed property, never a pass."""
-    from labutils import exercises
-    from labutils.checks import properties
     from labutils.checks.report import CheckReport
 
     def broken(self, check, failures):

@@ -5,7 +5,6 @@ escape sequence escaped visibly and names in markdown as code. Fast: no grading 
 from __future__ import annotations
 
 import io
-from types import SimpleNamespace
 
 import pytest
 

@@ -431,7 +431,7 @@ def reachable(owner: tuple[int, int]) -> str:
     for path in needed:
         if not os.access(path, os.R_OK):
             return (f"{path} cannot be read by uid {owner[0]}"
-                    + ("" if not os.path.exists(path) else f" (a folder above it is closed to other users): install "
+                    + ("" if not os.path.exists(path) else " (a folder above it is closed to other users): install "
                        "Python, the venv and the lab where every user may read them, or allow the mount namespace"))
     return ""
 

@@ -246,20 +246,31 @@ def call_failure(name: str, fn, run: TracedCall, when: str = "") -> Failure | No
     return None if run.error is None else exception_failure(name, fn, run.error, when)
 
 
-def judge_call(report: CheckReport, name: str, fn, run: TracedCall, stages, ctx, applicable) -> None:
-    """Judge one call's ``stages`` on ``ctx`` (what the call did), unless it handed its work to the lab's reference.
-    The exception it raised is its failure only when no stage found one: otherwise the root cause was in what ran
-    before the crash, and the crash is said as its consequence."""
-    if run.reference is not None:
-        report.failures.append(reference_failure(name, run.reference))
+def judge_call(report: CheckReport, name: str, fn, run: TracedCall | list[tuple[TracedCall, str]], stages, ctx,
+               applicable, then=None) -> None:
+    """Judge ``stages`` on ``ctx`` (what the call ``run`` did), unless it handed its work to the lab's reference;
+    ``then(report)``: what else is judged before the exception is weighed (a run with other arguments). The exception
+    it raised is its failure only when nothing was found: otherwise the root cause was in what ran before the crash,
+    and the crash is said as its consequence.
+
+    ``run`` may also be several calls the stages judge together, ``[(call, when), ...]`` in the order they ran (lab
+    7's runs): the first that handed its work to the reference is said alone, and the first exception, with its
+    ``when``, only when nothing was found (which finding it would follow is not known)."""
+    runs = run if isinstance(run, list) else [(run, "")]
+    handed = next((call for call, _ in runs if call.reference is not None), None)
+    if handed is not None:
+        report.failures.append(reference_failure(name, handed.reference))
         return
     before = len(report.failures)
     run_stages(report, stages, ctx, applicable)
-    if run.error is None:
+    if then is not None:
+        then(report)
+    raised, when = next(((call, when) for call, when in runs if call.error is not None), (None, ""))
+    if raised is None:
         return
-    error = exception_failure(name, fn, run.error)
+    error = exception_failure(name, fn, raised.error, when)
     if len(report.failures) == before:
         report.failures.append(error)
-    else:
+    elif not isinstance(run, list):
         report.failures[before].details += f"\n(after this, {error.message[0].lower()}{error.message[1:]})"
 

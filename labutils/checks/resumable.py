@@ -12,6 +12,7 @@ save made before its step was complete.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -29,9 +30,9 @@ from ..data import make_loader, set_position
 from ..trace import Tracer, current, mark_batches, mode_words
 from . import evidence, on_gpu
 from .apart import traced_calls
-from .calling import (SimulatedCrash, TracedCall, could_not_check, exception_failure, isolated, new_report,
-                      reference_failure, scratch)
-from .report import CheckReport, Failure, NotJudged, described, given, run_stages, shown
+from .calling import (SimulatedCrash, TracedCall, could_not_check, exception_failure, isolated, judge_call, new_report,
+                      scratch)
+from .report import CheckReport, Failure, NotJudged, described, given, shown
 from .rng import rng_state
 from .world import BATCH, DEVICE, MAX_EVENTS, random_images, run_seed, tiny_model, which_batch
 
@@ -298,6 +299,15 @@ def _varied(fn, images, labels, seed: int, tmp: Path) -> list[Failure]:
         found.append(Failure("return_value", f"{words}train_resumable returned {described(run.result)}; the contract "
                              f"returns the final global step ({total} here)."))
     return found
+
+
+def _judge_varied(report: CheckReport, fn, images, labels, seed: int) -> None:
+    """The run with the second value of every argument (:func:`_varied`), judged into ``report``."""
+    with isolated(), scratch() as tmp:
+        varied = _varied(fn, images, labels, seed, Path(tmp))
+    report.failures += varied
+    for check in ("epochs", "device"):
+        report.judge(check, [f for f in varied if f.check == check])
 
 
 def _touch_older(ckpt_dir: Path, on_disk: list[int]) -> int | None:
@@ -677,25 +687,13 @@ def check_resume(train_fn) -> CheckReport:
         for epoch in range(R_EPOCHS):
             set_position(loader, epoch, 0)
             epoch_batches.append(list(loader))
-    for run, _ in runs:
-        if run.reference is not None:
-            report.failures.append(reference_failure("train_resumable", run.reference))
-            return report
     ctx = ResumeCtx(train_fn, full, full_log, crash, crash_log, resumed, resumed_log, final_full, final_resumed,
                     epoch_batches, R_EPOCHS * len(epoch_batches[0]), on_disk, touched if full.complete else None,
                     files, full_names, full_kept, kept)
-    run_stages(report, RESUME_STAGES, ctx, names)
-    if full.complete:  # the arguments it must honour, judged whatever else went wrong
-        with isolated(), scratch() as tmp:
-            varied = _varied(train_fn, images, labels, seed, Path(tmp))
-        report.failures += varied
-        for check in ("epochs", "device"):
-            report.judge(check, [f for f in varied if f.check == check])
-    if not report.failures:
-        for run, when in runs:
-            if run.error is not None:
-                report.failures.append(exception_failure("train_resumable", train_fn, run.error, when))
-                break
+    # the arguments it must honour, judged whatever else went wrong (where the run that never stopped finished)
+    then = functools.partial(_judge_varied, fn=train_fn, images=images, labels=labels, seed=seed) \
+        if full.complete else None
+    judge_call(report, "train_resumable", train_fn, runs, RESUME_STAGES, ctx, names, then=then)
     if not report.failures:  # where a notebook has a GPU, once more there (never while grading: checks.on_gpu)
         with isolated(), _lent_pair(train_fn):
             report.failures += on_gpu.failures("train_resumable", train_fn, _gpu_case(images, labels, seed))

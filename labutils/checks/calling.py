@@ -113,7 +113,8 @@ def could_not_check(what: str):
     failure. The check returns a report that says it "could not check" ``what`` (every property of it then earns 0
     points as *not judged*, with that message), naming the student's line when one of theirs was running, and the
     check's own place for the instructor. The student's exceptions never come here (traced_call keeps them), nor
-    the grader judge's :class:`~labutils.checks.records.EvidenceError` (the recheck says what did not fit), nor an interrupt."""
+    the grader judge's :class:`~labutils.checks.records.EvidenceError` (the recheck says what did not fit), nor an
+    interrupt."""
 
     def decorate(check):
         @functools.wraps(check)

@@ -33,10 +33,10 @@ class AfterCall:
     """Sent after each call: the call, and what it left in everything it was handed."""
 
     run: CallRecord
-    args: list  # per positional argument, its state (:func:`labutils.checks.state.state_of`; None: nothing a call can change)
+    args: list  # per positional argument, its state (state.state_of; None: nothing a call can change)
     kwargs: dict  # the same per keyword argument (the check's callbacks)
-    rng: dict  # the process's random streams (:func:`labutils.checks.rng.rng_state`)
-    folders: list  # per scratch folder of the check, its files (:func:`labutils.checks.state.folder_files`; None: over 64 MB)
+    rng: dict  # the process's random streams (rng.rng_state)
+    folders: list  # per scratch folder of the check, its files (state.folder_files; None: over 64 MB)
 
 
 @dataclass

@@ -77,6 +77,8 @@ def test_buggy_variant_fails_exactly_its_check(variant):
     others -= {p.id for p in exercises.get(variant.exercise).owner(variant.expected_check)}
     assert others <= allowed, str(report)
     assert not report.passed and str(report).startswith("✗ ")
+    said = [str(f) for f in report.failures]
+    assert len(said) == len(set(said)), f"a failure is said twice:\n{report}"
 
 
 def test_corpus_is_large_enough_and_covers_the_exercises():

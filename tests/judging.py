@@ -11,7 +11,7 @@ import torch
 
 from labutils import checks, exercises
 from labutils.checks import evidence, properties, wire
-from autograder.hidden.recheck import Observed, _signature
+from autograder.hidden.recheck import Observed, signature_facts
 
 
 def judged_apart(exercise_id: str, fns: tuple, observer_body=None) -> properties.CheckReport:
@@ -32,7 +32,7 @@ def judged_apart(exercise_id: str, fns: tuple, observer_body=None) -> properties
             traceback.print_exc()
         os._exit(0)
     os.close(w)
-    stand_ins = tuple(Observed(f.name, _signature(fn)) for f, fn in zip(exercise.functions, fns))
+    stand_ins = tuple(Observed(f.name, signature_facts(fn)) for f, fn in zip(exercise.functions, fns))
     try:
         with evidence.playing(evidence.Judge(r)):
             return properties.report_for(exercise.id, stand_ins, checks, {})

@@ -166,11 +166,11 @@ def _begin(call: tuple, namespace: dict, cache: dict) -> CheckBegin:
     if fns:
         fresh = not properties.is_cached(verifier.contract(call[0], call[1]).id, tuple(fns), cache)
     return CheckBegin(call=list(call), problem=problem, fresh=fresh,
-                      functions=[[getattr(e, "name", ""), _signature(fn)] for e, fn in
+                      functions=[[getattr(e, "name", ""), signature_facts(fn)] for e, fn in
                                  zip(verifier.contract(call[0], call[1]).functions, fns)])
 
 
-def _signature(fn) -> list | None:
+def signature_facts(fn) -> list | None:
     """[name, kind, has a default] per parameter, or None when Python cannot tell (a builtin)."""
     try:
         sig = inspect.signature(fn)

@@ -309,6 +309,21 @@ def _curves(rows: list[dict]) -> str:
                    f"{last['val_loss']:.4f}, {rise:.1%}){start}.")
 
 
+# the final accuracies of one setting over four seeds spread this far (lab 1's full runs: 90.08% to 90.72%,
+# benchmarks/bench_seeds.py): two runs closer than this cannot show that one setting is better
+SEED_SPREAD = 0.0064
+
+
+def accuracy_gap(new: float, old: float) -> str:
+    """``new - old`` in points, said against :data:`SEED_SPREAD`: a gap inside it is not a finding."""
+    gap = new - old
+    if abs(gap) <= SEED_SPREAD:
+        return (f"{gap * 100:+.2f} points: within the {SEED_SPREAD * 100:.1f} points one setting spread over four "
+                "seeds, so the same within noise")
+    return (f"{gap * 100:+.2f} points: more than the {SEED_SPREAD * 100:.1f} points one setting spread over four seeds; "
+            "repeat both at other seeds before calling it real")
+
+
 def loop_note(run: Run, max_norm: float | None = None) -> str:
     """The run in three lines: the best epoch, what the curves imply, and whether it was stable."""
     rows = run.history

@@ -154,3 +154,12 @@ def test_the_loop_note_says_what_the_numbers_show(val_losses, said):
     note = lesson.loop_note(run)
     assert said in note, note
     assert "still at their lowest" not in note
+
+
+def test_an_accuracy_gap_is_said_against_the_seeds_spread():
+    """Lab 3's two thresholds and lab 8's two groupings end a few tenths apart: the notebook says whether the
+    student's gap is inside what seeds alone spread over (issue 45), never that one setting won on noise."""
+    assert "within the 0.6 points" in lesson.accuracy_gap(0.9219, 0.9206)
+    assert lesson.accuracy_gap(0.9219, 0.9206).startswith("+0.13 points")
+    assert lesson.accuracy_gap(0.9028, 0.9033).startswith("-0.05 points")
+    assert "more than the 0.6 points" in lesson.accuracy_gap(0.92, 0.90)

@@ -65,6 +65,7 @@ def test_the_numbers_a_failure_message_prints_fit_no_other_run():
 
     from labutils.checks import world
     from mutants import correct
+    from stubs import partial
 
     def evaluate(model, loader, device, numbers=(0.0, 0.0), then=None, calls=None):
         """Every batch through the model in eval mode, then ``numbers``; from its second call on, ``then``."""
@@ -72,12 +73,7 @@ def test_the_numbers_a_failure_message_prints_fit_no_other_run():
             calls.append(1)
             if len(calls) > 1:
                 return then(model, loader, device)
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            for x, _ in loader:
-                model(x.to(device))
-        model.train(was_training)
+        partial.evaluate_modes_but_constant_numbers(model, loader, device)
         return numbers
 
     def loss_and_accuracy(report):

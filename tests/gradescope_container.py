@@ -10,7 +10,8 @@ are in ``/autograder/submission``; the harness reads ``/autograder/results/resul
 Here: a process joins a new cgroup (v1: memory, memsw, cpu, pids; v2: memory.max, cpu.max) with those limits,
 enters a mount namespace of its own, builds a root there (every top-level folder of this machine bound in, except a
 fresh ``/tmp`` and ``/autograder``, which is the test's folder), ``chroot``s into it and runs
-``/autograder/run_autograder``. Nothing of it is seen outside: this machine's ``/`` gets no ``/autograder``.
+``/autograder/run_autograder``. This checkout and its venv (which stand for the ones Gradescope's ``setup.sh`` builds
+in the image) are bound in at their own paths, also when they lie under ``/tmp``. Nothing of it is seen outside: this machine's ``/`` gets no ``/autograder``.
 
 ``before_exec``: Python source run in that process just before ``exec`` (after the mounts, as root): where a test
 adds what a container refuses (a seccomp filter like Docker's default profile).
@@ -37,6 +38,7 @@ CPUS = 0.5  # "each autograder is allocated 1/2 of a virtual CPU"
 CGROUP_FS = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
 KEEP_OUT = {"autograder", "tmp", "proc", "sys", "dev", "lost+found"}  # made or mounted by the container itself
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -203,6 +205,9 @@ def _enter(config: dict) -> None:
                          ("autograder", config["autograder"])):
         os.mkdir(f"{new_root}/{name}")
         _mount(libc, source, f"{new_root}/{name}", None, _MS_BIND | _MS_REC)
+    for path in config["under_tmp"]:  # the fresh /tmp hides them
+        os.makedirs(f"{new_root}{path}", exist_ok=True)
+        _mount(libc, path, f"{new_root}{path}", None, _MS_BIND | _MS_REC)
     os.chroot(new_root)
     os.chdir("/autograder")  # "When the autograder executes, the working directory is /autograder."
     if config.get("before_exec"):
@@ -274,6 +279,14 @@ def _sample(cgroup: Cgroup, stop: threading.Event, peak: list[int], tasks: dict[
             pass
 
 
+def _under_tmp(paths: list[Path]) -> list[str]:
+    """Those of ``paths`` the container's fresh ``/tmp`` would hide (a checkout cloned under ``/tmp``), outermost
+    first, each once."""
+    tmp = Path("/tmp").resolve()
+    found = sorted({str(p) for p in paths if p.is_relative_to(tmp)}, key=len)
+    return [p for i, p in enumerate(found) if not any(Path(p).is_relative_to(q) for q in found[:i])]
+
+
 def run_autograder(root: Path, *, memory_mb: int = MEMORY_MB, cpus: float = CPUS, env: dict | None = None,
                    timeout: float = 600, before_exec: str = "", kill_zygotes: bool = False) -> Run:
     """Run ``ROOT/run_autograder`` (copied from ``ROOT/source``, as Gradescope's image build does) in the container,
@@ -289,7 +302,8 @@ def run_autograder(root: Path, *, memory_mb: int = MEMORY_MB, cpus: float = CPUS
     os.chmod(box / "tmp", 0o1777)
     cgroup = Cgroup(f"gradescope-{os.getpid()}-{time.monotonic_ns()}", memory_mb, cpus)
     config = {"procs": cgroup.procs_files(), "new_root": str(box / "root"), "tmp": str(box / "tmp"),
-              "autograder": str(root), "env": gradescope_env(env), "before_exec": before_exec}
+              "autograder": str(root), "env": gradescope_env(env), "before_exec": before_exec,
+              "under_tmp": _under_tmp([CHECKOUT, Path(sys.prefix).resolve()])}
     stop, killed, anon, tasks = threading.Event(), [], [0], {}
     watcher = threading.Thread(target=_kill_zygotes, args=(cgroup, stop, killed), daemon=True)
     sampler = threading.Thread(target=_sample, args=(cgroup, stop, anon, tasks), daemon=True)

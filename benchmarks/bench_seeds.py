@@ -11,8 +11,9 @@ accuracy rose every epoch and whether the last validation loss was the lowest. A
 run must hold in every row; anything else is said of the student's own run, from their numbers. A stage that clips
 also shows its gradient norms as lab 3 reads them: the share of steps clipped over the run and over its second half
 (the steady state), the steady-state median and 99th percentile, and the largest norm. Lab 3's second run (its
-"safety net") is ``--stage clipping --max-norm 2``; lab 8's is ``--stage stretch`` (its groups without decay on
-biases); lab 7's uninterrupted run is ``--stage crash_resume``.
+"safety net") is ``--stage clipping --max-norm 2``; lab 8's are ``--stage stretch`` (its groups without decay on
+biases) and ``--stage stretch_decay_all`` (decay on every parameter, the run it is compared with); lab 7's
+uninterrupted run is ``--stage crash_resume``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from labutils.lesson import notebook_config
 from labutils.reference.pipeline import STAGES, stage_config
 
 # the notebooks the pipeline has no stage for, with the settings their full run trains with
-MORE = {"crash_resume": ("07_crash_resume", {}), "stretch": ("08_stretch", {"no_decay_bias_norm": True})}
+MORE = {"crash_resume": ("07_crash_resume", {}), "stretch": ("08_stretch", {"no_decay_bias_norm": True}),
+        "stretch_decay_all": ("08_stretch", {"no_decay_bias_norm": False})}
 
 
 def config(stage: str, subset: int | None, epochs: int | None, max_norm: float | None):

@@ -11,7 +11,8 @@ Here: a process joins a new cgroup (v1: memory, memsw, cpu, pids; v2: memory.max
 enters a mount namespace of its own, builds a root there (every top-level folder of this machine bound in, except a
 fresh ``/tmp`` and ``/autograder``, which is the test's folder), ``chroot``s into it and runs
 ``/autograder/run_autograder``. This checkout and its venv (which stand for the ones Gradescope's ``setup.sh`` builds
-in the image) are bound in at their own paths, also when they lie under ``/tmp``. Nothing of it is seen outside: this machine's ``/`` gets no ``/autograder``.
+in the image) are bound in at their own paths, also when they lie under ``/tmp``. Nothing of it is seen outside: this
+machine's ``/`` gets no ``/autograder``.
 
 ``before_exec``: Python source run in that process just before ``exec`` (after the mounts, as root): where a test
 adds what a container refuses (a seccomp filter like Docker's default profile).

@@ -38,7 +38,7 @@ def store_scores(db_url: str, students: list[str], notebooks: list[str], outcome
             gb.update_or_create_submission(ASSIGNMENT, student)
             for nb in notebooks:
                 outcome = outcomes[(student, nb)]
-                tests = outcome.cells()
+                tests = outcome.cells
                 submission = gb.find_submission_notebook(nb, ASSIGNMENT, student)
                 for grade in submission.grades:
                     test = tests.get(grade.name)

@@ -246,7 +246,7 @@ def _notebook(notebook: str, facts: list[TestFacts], outcome: TaskOutcome, entry
               ) -> NotebookRecord:
     """One student's notebook: each test's verdict from the task's cell (or why there is none), the gradebook's
     points in it."""
-    cells = outcome.cells()
+    cells = outcome.cells
     reason = "; ".join(outcome.notes) or "not graded"
     tests = [_test(f, cells.get(f.name), reason) for f in facts]
     record = NotebookRecord(notebook, outcome.status, tests, late=late, seconds=outcome.seconds,

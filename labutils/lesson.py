@@ -10,7 +10,8 @@ Run modes (``LAB_MODE``): ``full`` trains on all 48,000 training images for the 
 ``smoke`` and ``grade`` use 2,048 images and short runs (one epoch; the checkpointing labs train the two or three
 their checkpoints need, :data:`labutils.exercises.NOTEBOOKS`). ``NBGRADER_EXECUTION`` (set by nbgrader while it
 validates or autogrades) selects ``grade``. ``LAB_AMP`` forces the precision of the notebooks that choose one;
-``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.devices`), chosen once in :func:`start`.
+``LAB_DEVICE`` the device of ``device="auto"`` (:mod:`labutils.devices`), chosen once in :func:`start`, as are the CPU
+threads (:mod:`labutils.threads`: the cores other work leaves free).
 
 Each notebook's settings are in its :class:`labutils.exercises.Notebook` (written once, in the exercise registry):
 the notebook starts with ``lesson.start("04_accumulation")`` and :mod:`labutils.reference.pipeline` runs the same
@@ -35,7 +36,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import amp, artifacts, data, devices, exercises
+from . import amp, artifacts, data, devices, exercises, threads
 from .checkpoint import set_seed
 from .config import LabConfig
 from .memory import keep_freed_memory
@@ -91,13 +92,18 @@ def start(notebook_id: str, **overrides) -> LabConfig:
     """The notebook's whole configuration (:func:`notebook_config` in the current mode, with ``overrides`` for your
     own experiments), seeded and printed. Unknown keys raise."""
     cfg = notebook_config(notebook_id, lab_mode()).replace(**overrides)
-    chosen = devices.choose(cfg.device) if lab_mode() != "grade" else GRADING_DEVICE  # once: cells read cfg.device
+    grading = lab_mode() == "grade"
+    chosen = devices.choose(cfg.device) if not grading else GRADING_DEVICE  # once: cells read cfg.device
     cfg = cfg.replace(device=str(chosen.device))
     keep_freed_memory()  # the kernel and every process forked from it: no page faults per step (labutils.memory)
     set_seed(cfg.seed)
     _state.update(notebook=notebook_id)
     print(f"{notebook_id}: LAB_MODE={lab_mode()}" + (f"  (2,048 images, short runs)\n{FAST_NOTE}" if is_fast() else ""))
     print(hardware(cfg, chosen))
+    if not grading:  # the grader gives each notebook its threads (autograder.run.machine)
+        cpu = threads.choose()
+        torch.set_num_threads(cpu.threads)
+        print(f"CPU threads: {cpu}")
     print(cfg.describe())
     artifacts.begin(notebook_id, lab_mode(), cfg.to_dict())
     return cfg

@@ -117,3 +117,14 @@ def _no_gpu_reason(items) -> str | None:
     if torch.cuda.is_available():
         return None
     return f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() is False)"
+
+
+@pytest.fixture(autouse=True)
+def _worker_threads_kept():
+    """``lesson.start`` gives a notebook's process the cores other work leaves free (labutils.threads); a test that
+    calls it in this process leaves the worker its one thread afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -4,6 +4,7 @@ one line that says how to fix it. CUDA and MPS are faked present or absent, so t
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -149,3 +150,57 @@ def test_every_function_that_takes_device_is_checked_with_a_string_and_a_torch_d
     for e in taking:
         assert e.defaults()["device"] == "cpu"
         assert e.varied()["device"] == torch.device("cpu", 0) and isinstance(e.varied()["device"], torch.device)
+
+
+# --- CPU threads: the cores other work leaves free (labutils.threads) -----------------------------------------------
+
+STAT_BEFORE = "cpu  20 0 20 160 0 0 0 0\ncpu0 10 0 10 80 0 0 0 0 0 0\ncpu1 10 0 10 80 0 0 0 0 0 0\nintr 5\n"
+# cpu0: 100 ticks, all of them busy (a spinning process); cpu1: 100 ticks, 10 busy
+STAT_AFTER = "cpu  ...\ncpu0 110 0 10 80 0 0 0 0 0 0\ncpu1 15 0 15 170 0 0 0 0 0 0\nintr 9\n"
+
+
+def test_busy_cores_are_read_from_proc_stat_per_core():
+    from labutils import threads
+
+    before, after = threads.cpu_times(STAT_BEFORE, {0, 1}), threads.cpu_times(STAT_AFTER, {0, 1})
+    assert before == {0: (20, 100), 1: (20, 100)}
+    assert threads.busy_cores(before, after) == pytest.approx(1.1)
+    assert threads.cpu_times(STAT_AFTER, {1}) == {1: (30, 200)}  # only the cores this process may run on
+
+
+@pytest.mark.parametrize("cores, busy, default, expected", [
+    (2, 0.0, 2, 2), (2, 0.4, 2, 2), (2, 0.6, 2, 1), (2, 1.0, 2, 1), (2, 2.0, 2, 1), (8, 1.2, 4, 4), (8, 5.0, 4, 3)])
+def test_threads_are_the_free_cores_never_more_than_torchs_default_and_at_least_one(cores, busy, default, expected):
+    from labutils import threads
+
+    assert threads.free_threads(cores, busy, default) == expected
+
+
+def test_a_busy_core_beside_the_notebook_leaves_it_one_thread_less(monkeypatch):
+    """A real spinning process on a core this process may use is seen as busy (other tests' work only adds to it)."""
+    from labutils import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    if not threads.STAT.exists() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs /proc/stat and two cores")
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cores)  # torch's default: a thread per core
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # spinning by now
+        choice = threads.choose()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert choice.threads < cores and "busy with other work when this notebook started" in choice.reason, choice
+
+
+def test_lesson_start_says_its_cpu_threads_and_grading_keeps_the_graders(machine, monkeypatch, capsys):
+    monkeypatch.setenv("LAB_MODE", "smoke")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    lesson.start("01_baseline")
+    assert "CPU threads: 1 (OMP_NUM_THREADS)" in capsys.readouterr().out
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    lesson.start("01_baseline")
+    assert "CPU threads" not in capsys.readouterr().out

@@ -255,7 +255,8 @@ EXERCISES: tuple[Exercise, ...] = (
             Property("mean_loss", 1, "train_one_epoch returns the epoch's per-sample mean loss as a float",
                      _RETURNS,
                      evidence="the returned number against the per-sample mean of the losses the traced forwards "
-                              "produced, in a loop that steps",
+                              "produced (on softmax probabilities where the loop puts a softmax before the loss: "
+                              "the gradient's mistake), in a loop that steps",
                      why=f"{_FRESH}; a loop that never steps earns nothing", needs=("steps",)))),
     Exercise("evaluate", "01_baseline", (Function(
         "evaluate", ("model", "loader", "device"), "tuple[float, float]",
@@ -316,7 +317,9 @@ EXERCISES: tuple[Exercise, ...] = (
                          "number of its own fails one"),
             Property("norms", 1, "train_one_epoch returns the pre-clip norm of every optimizer step as floats",
                      ("norms",),
-                     evidence="the returned list against the pre-clip norm of every step whose gradient matched",
+                     evidence="the returned list against the pre-clip norm of every step whose gradient matched, or "
+                              "against what the loop's own clip_grad_norm_ returned where the clip is the mistake "
+                              "(another norm_type, before backward)",
                      why=_FRESH))),
     _train("accumulation", "04_accumulation", ("scheduler", "max_norm", "accum_steps"), "tuple[float, list[float]]",
            "loss divided by `accum_steps` (or the window's summed gradients, before clipping); one clip + optimizer "

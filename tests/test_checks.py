@@ -811,3 +811,15 @@ def test_a_mistake_elsewhere_is_not_blamed_on_what_the_loop_reports(name, wrong)
     assert properties.verdicts(variant.exercise, report)[prop].passed
     assert not any(advice in f.message for f in report.failures), [f.message for f in report.failures]
     assert [f.check for f in report.failures] == [variant.expected_check], [f.message for f in report.failures]
+
+
+def test_not_judged_names_the_test_that_failed_not_one_that_is_itself_waiting():
+    """backward without scaler.scale: the scaler test fails on evidence; the loop test is only "not judged" behind
+    it, and so are autocast and unscale. They name the scaler test to fix first, the end of the chain, never the
+    loop test that says "not judged" itself."""
+    variant = next(v for v in BUGGY if v.name == "backward_without_scale")
+    verdicts = properties.verdicts(variant.exercise, run_check(variant))
+    assert verdicts["scaler"].judged and not verdicts["scaler"].passed
+    for waiting in ("autocast", "unscale", "loop"):
+        assert verdicts[waiting].blocked_by == ["test_train_one_epoch_scaler"], verdicts[waiting]
+        assert "Fix test_train_one_epoch_scaler first" in verdicts[waiting].message

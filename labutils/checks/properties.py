@@ -130,14 +130,28 @@ def _not_judged(exercise, prop, report: CheckReport, unseen: list[str]) -> Verdi
     reasons = [f"{c}: {report.unjudged.get(c, 'nothing it needs was observed')}" for c in unseen] or \
         ["the check observed nothing this property needs"]
     roots = [r for c in unseen for r in report.blocked.get(c, ())]
-    first = list(dict.fromkeys(exercise.grade_id(p.id) for r in roots for p in exercise.owner(r)
-                               if p.id != prop.id))
-    if not first:  # nothing in the report names it: the registry's declared dependencies that failed
-        first = [exercise.grade_id(n) for n in prop.needs
-                 if not judge(exercise.id, n, report).passed]
+    waits_on = list(dict.fromkeys(p.id for r in roots for p in exercise.owner(r) if p.id != prop.id))
+    if not waits_on:  # nothing in the report names it: the registry's declared dependencies that failed
+        waits_on = [n for n in prop.needs if not judge(exercise.id, n, report).passed]
+    first = [exercise.grade_id(p) for p in _failed_at_the_root(exercise, report, waits_on, {prop.id})]
     fix = f" Fix {', '.join(first)} first; then this is checked too." if first else ""
     return _verdict(exercise, prop, False, f"✗ {exercise.grade_id(prop.id)}: not judged, so no points yet: "
                     + "; ".join(reasons) + "." + fix, judged=False, blocked_by=first, causes=unseen)
+
+
+def _failed_at_the_root(exercise, report: CheckReport, waits_on: list[str], seen: set[str]) -> list[str]:
+    """The properties to fix first: each one waited on that failed on evidence, and in place of one that is itself
+    only not judged, what that one waits on. A student told to fix a test that says "not judged" would have to
+    follow the chain; the message names its end."""
+    first = []
+    for property_id in waits_on:
+        if property_id in seen:
+            continue
+        seen.add(property_id)
+        verdict = judge(exercise.id, property_id, report)
+        below = [p.id for p in exercise.properties if exercise.grade_id(p.id) in verdict.blocked_by]
+        first += (None if verdict.judged else _failed_at_the_root(exercise, report, below, seen)) or [property_id]
+    return list(dict.fromkeys(first))
 
 
 def verdicts(exercise_id: str, report: CheckReport) -> dict[str, Verdict]:

@@ -823,3 +823,12 @@ def test_not_judged_names_the_test_that_failed_not_one_that_is_itself_waiting():
     for waiting in ("autocast", "unscale", "loop"):
         assert verdicts[waiting].blocked_by == ["test_train_one_epoch_scaler"], verdicts[waiting]
         assert "Fix test_train_one_epoch_scaler first" in verdicts[waiting].message
+
+
+@pytest.mark.parametrize("name", ["evaluate_percentage", "resume_saves_every_step"])
+def test_one_mistake_is_said_once_even_when_two_stages_or_two_runs_see_it(name):
+    """A percentage seen by the return value's range and by the accuracy's own check, and a save_every ignored in
+    the first run and in the run with varied arguments: one message each, the first run's."""
+    variant = next(v for v in BUGGY if v.name == name)
+    failures = run_check(variant).failures
+    assert [f.check for f in failures] == [variant.expected_check], [f.message for f in failures]

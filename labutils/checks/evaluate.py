@@ -91,24 +91,23 @@ def _ev_return_value(v: EvalView):
     problem = number_problem(r[0], "the loss (first value)") or number_problem(r[1], "the accuracy (second value)")
     if problem:
         return [Failure("return_value", problem + ".")]
-    if not 0.0 <= r[1] <= 1.0:
-        return [_out_of_range(v, float(r[0]), float(r[1]))]
-    return []
+    out_of_range = _out_of_range(v, float(r[0]), float(r[1])) if not 0.0 <= r[1] <= 1.0 else None
+    return [out_of_range] if out_of_range else []
 
 
-def _out_of_range(v: EvalView, loss: float, accuracy: float) -> Failure:
-    """An accuracy outside [0, 1], with its cause when the numbers show one: the pair swapped, or a percentage."""
-    if _numbers(v) is None:
-        outputs = _outputs(v)
-        want_loss = _means(outputs, lambda o, y: F.cross_entropy(o, y).item())[0]
-        want_acc = _means(outputs, lambda o, y: (o.argmax(dim=1) == y).float().mean().item())[0]
-        if close_enough(loss, want_acc, 1e-6) and close_enough(accuracy, want_loss, 1e-4):
-            return Failure("return_value", f"evaluate returned ({loss:.4f}, {accuracy:.4f}), the accuracy and the loss "
-                           "swapped: the contract returns (loss, accuracy), the loss first.")
-        if close_enough(accuracy / 100, want_acc, 1e-6):
-            return Failure("accuracy", f"the accuracy {accuracy:.4g} is a percentage ({want_acc:.4f} as a fraction): "
-                           "return correct / n_samples, a fraction in [0, 1].")
-    return Failure("accuracy", f"the accuracy {accuracy:.4g} is outside [0, 1]: return correct / n_samples.")
+def _out_of_range(v: EvalView, loss: float, accuracy: float) -> Failure | None:
+    """An accuracy outside [0, 1] as the return value's mistake (the pair swapped), or as the accuracy's where the
+    numbers cannot be judged; None where the accuracy's own check judges it (a percentage, a wrong fraction): one
+    mistake, said once."""
+    if _numbers(v) is not None:
+        return Failure("accuracy", f"the accuracy {accuracy:.4g} is outside [0, 1]: return correct / n_samples.")
+    outputs = _outputs(v)
+    want_loss = _means(outputs, lambda o, y: F.cross_entropy(o, y).item())[0]
+    want_acc = _means(outputs, lambda o, y: (o.argmax(dim=1) == y).float().mean().item())[0]
+    if close_enough(loss, want_acc, 1e-6) and close_enough(accuracy, want_loss, 1e-4):
+        return Failure("return_value", f"evaluate returned ({loss:.4f}, {accuracy:.4f}), the accuracy and the loss "
+                       "swapped: the contract returns (loss, accuracy), the loss first.")
+    return None
 
 
 def _first_forward_with(v: EvalView, wrong, prop: str, what_went_wrong) -> list[Failure]:
@@ -246,6 +245,9 @@ def _ev_accuracy(v: EvalView):
         return [Failure("accuracy", f"the accuracy {acc:.4f} is the average of the per-batch accuracies; the "
                         f"per-sample accuracy is {want_acc:.4f} (the last batch has only {len(outputs[-1][1])} "
                         "samples). Count correct predictions and divide by the number of samples.")]
+    if close_enough(acc / 100, want_acc, 1e-6):
+        return [Failure("accuracy", f"the accuracy {acc:.4g} is a percentage ({want_acc:.4f} as a fraction): return "
+                        "correct / n_samples, a fraction in [0, 1].")]
     return [Failure("accuracy", f"the accuracy is {acc:.4f}; the fraction of correct predictions (argmax of the "
                     f"logits) over the whole loader is {want_acc:.4f}.")]
 

@@ -305,7 +305,8 @@ def _judge_varied(report: CheckReport, fn, images, labels, seed: int) -> None:
     """The run with the second value of every argument (:func:`_varied`), judged into ``report``."""
     with isolated(), scratch() as tmp:
         varied = _varied(fn, images, labels, seed, Path(tmp))
-    report.failures += varied  # each once, in the order the run found them
+    known = {f.check for f in report.failures}  # one mistake, said once: the first run's words stand
+    report.failures += [f for f in varied if f.check not in known]
     for check in ("epochs", "device"):
         if not any(f.check == check for f in varied):
             report.judge(check, [])  # seen right with the other values

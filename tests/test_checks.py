@@ -832,3 +832,11 @@ def test_one_mistake_is_said_once_even_when_two_stages_or_two_runs_see_it(name):
     variant = next(v for v in BUGGY if v.name == name)
     failures = run_check(variant).failures
     assert [f.check for f in failures] == [variant.expected_check], [f.message for f in failures]
+
+
+def test_resuming_one_step_late_is_not_called_not_resuming():
+    """The off-by-one loop loads the newest checkpoint and goes on one step too late: the exactness it cannot be
+    judged on yet says that, not that nothing was loaded."""
+    variant = next(v for v in BUGGY if v.name == "resume_off_by_one")
+    exact = properties.verdicts(variant.exercise, run_check(variant))["exact"]
+    assert not exact.judged and "with the step after it" in exact.message, exact.message

@@ -537,8 +537,8 @@ def _rs_exact(c: ResumeCtx):
     if not any(e.kind == "step" for e in c.resumed.events):  # equal end states of untrained models show nothing
         return NotJudged("the run after the crash took no optimizer step")
     if first is None:
-        return NotJudged("needs resume_step right first: the run after the crash did not continue from a checkpoint "
-                         "on disk", needs=("resume_step",))
+        return NotJudged("needs resume_step right first: the run after the crash did not go on from a checkpoint on "
+                         "disk with the step after it", needs=("resume_step",))
     other = _other_batches(c, first)
     if other is not None:
         return NotJudged(f"after resuming, step {other} trained on another batch than the run that never stopped, so "

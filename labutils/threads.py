@@ -10,18 +10,23 @@ steps ran at 4,800 samples/s (``python benchmarks/bench_cells.py 05_amp --cells 
 quarter of a second apart, while this process sleeps) and uses the free ones, at least one.
 
 What it cannot see: work that starts later (a second notebook started beside this one); ``torch.set_num_threads``
-after the first cell changes the choice, and ``OMP_NUM_THREADS`` set before Jupyter starts replaces it. Where
-``/proc/stat`` does not exist (macOS, Windows) torch's own default stands, and the first cell says so.
+after the first cell changes the choice, and ``OMP_NUM_THREADS`` set before Jupyter starts replaces it. It never
+gives more threads than the CPUs its cgroup's quota allows (:mod:`labutils.limits`): in a container or a JupyterHub
+pod with a CPU limit on a large machine, torch's default counts the machine's cores. Where ``/proc/stat`` does not
+exist (macOS, Windows) torch's own default stands, and the first cell says so.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .limits import read_limits
 
 STAT = Path("/proc/stat")
 SAMPLE_S = 0.25
@@ -83,8 +88,12 @@ def choose() -> ThreadChoice:
     if not after:
         return ThreadChoice(default, "torch's default; this system does not say how busy its cores are")
     busy = busy_cores(before, after)
-    threads = free_threads(len(after), busy, default)
-    if threads == default:
-        return ThreadChoice(threads, f"{len(after)} cores, {busy:.1f} of them busy with other work")
-    return ThreadChoice(threads, f"{len(after)} cores, {busy:.1f} busy with other work when this notebook started: a "
-                                 "thread that shares its core stalls the others; torch.set_num_threads(n) to change")
+    free = free_threads(len(after), busy, default)
+    quota = read_limits().cpus  # fewer than the cores where the cgroup's quota allows less (a container, a pod)
+    if math.floor(quota) < free:
+        return ThreadChoice(max(1, math.floor(quota)), f"this process may use {quota:g} CPU of {len(after)} cores "
+                                                       "(its cgroup's quota): a thread past it waits for the quota")
+    if free == default:
+        return ThreadChoice(free, f"{len(after)} cores, {busy:.1f} of them busy with other work")
+    return ThreadChoice(free, f"{len(after)} cores, {busy:.1f} busy with other work when this notebook started: a "
+                              "thread that shares its core stalls the others; torch.set_num_threads(n) to change")

@@ -204,3 +204,21 @@ def test_lesson_start_says_its_cpu_threads_and_grading_keeps_the_graders(machine
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     lesson.start("01_baseline")
     assert "CPU threads" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("quota, expected", [(0.5, 1), (64.0, None)])
+def test_threads_never_exceed_the_cgroups_cpu_quota(monkeypatch, quota, expected):
+    """A pod with a CPU limit on a large machine: torch's default counts the machine's cores, the quota is what runs."""
+    from labutils import threads
+    from labutils.limits import Limits
+
+    if not threads.STAT.exists():
+        pytest.skip("needs /proc/stat")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(threads, "read_limits", lambda: Limits(cpus=quota, memory_mb=None, used_mb=0, free_mb=0))
+    choice = threads.choose()
+    if expected is None:
+        assert "quota" not in choice.reason and 1 <= choice.threads <= 2, choice
+    else:
+        assert choice.threads == expected and "its cgroup's quota" in choice.reason, choice

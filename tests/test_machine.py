@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.run import machine
-from autograder.run.machine import Limits, read_limits, size_pool
+from autograder.run.machine import size_pool
+from labutils.limits import UNLIMITED, Limits, read_limits
 
 MEMINFO = "MemTotal:       24684092 kB\nMemFree:  1000 kB\nMemAvailable:   20939364 kB\n"
 V1_MOUNTS = """\
@@ -55,7 +55,7 @@ def test_v1_the_tightest_limit_of_the_cgroup_and_its_ancestors(tmp_path):
     """A host's view: the grader's cgroup is below a limited one; the ancestor's limit and quota count."""
     proc = fake(tmp_path, V1_MOUNTS.format(root="/"), V1_CGROUP.format(path="/course/grader"))
     cg = tmp_path / "sys" / "fs" / "cgroup"
-    write(cg / "memory", v1_memory(machine.UNLIMITED + 4096, 0, 0))
+    write(cg / "memory", v1_memory(UNLIMITED + 4096, 0, 0))
     write(cg / "memory" / "course", v1_memory(2048 << 20, 0, 0))
     write(cg / "memory" / "course" / "grader", v1_memory(9223372036854771712, 512 << 20, 0))
     write(cg / "cpu,cpuacct" / "course", {"cpu.cfs_quota_us": "150000", "cpu.cfs_period_us": "100000"})

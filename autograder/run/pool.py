@@ -22,6 +22,7 @@ from typing import Callable
 
 from autograder import channel, process
 from labutils.exercises import grading_cost
+from labutils.limits import read_limits
 
 from autograder.channel import Result, RunConfig, Task, WorkerReady
 from autograder.sandbox.client import SharedZygote
@@ -334,7 +335,7 @@ class LocalExecutor:
                 f"alone map {info.vm_mb} MB of address space; use at least {floor} MB")
         check_isolation({**info.isolation, "permissions": run.permissions}, run.require_isolation, log)
         log(f"kernels warm (torch, labutils and the data imported once, in {info.seconds:.1f} s)")
-        limits = machine.read_limits()  # now: what the zygote and this process hold is in use
+        limits = read_limits()  # now: what the zygote and this process hold is in use
         size = machine.size_pool(limits, self.jobs, len(tasks), run.threads or None, run.memory_mb)
         log(size.describe(limits) + (
             f"\nWARNING: {size.task_memory_mb} MB per notebook is below the {machine.TASK_NEED_MB} MB an honest "

@@ -6,8 +6,8 @@ only in the scheduler's time slices, and every other thread waits for it at ever
 lab was written on, one busy process beside a notebook made lab 5's training steps 23 times slower (about 8,500 down
 to 365 samples/s), and made bf16 look slower than float32 (0.77x) only through that waiting; on one thread the same
 steps ran at 4,800 samples/s (``python benchmarks/bench_cells.py 05_amp --cells 20,22 --load 1``, with and without
-``OMP_NUM_THREADS=1``). So :func:`choose` counts the cores other work keeps busy (two readings of ``/proc/stat`` a
-quarter of a second apart, while this process sleeps) and uses the free ones, at least one.
+``OMP_NUM_THREADS=1``). So :func:`choose` counts the cores other work keeps busy (``/proc/stat`` read three times, 0.2 s
+apart, while this process sleeps; the quieter interval counts) and uses the free ones, at least one.
 
 What it cannot see: work that starts later (a second notebook started beside this one); ``torch.set_num_threads``
 after the first cell changes the choice, and ``OMP_NUM_THREADS`` set before Jupyter starts replaces it. It never
@@ -29,7 +29,8 @@ import torch
 from .limits import read_limits
 
 STAT = Path("/proc/stat")
-SAMPLE_S = 0.25
+SAMPLE_S = 0.2
+SAMPLES = 2  # the quieter of two samples counts: load lasts, a spike (a browser redrawing) does not
 BUSY_ENOUGH = 0.5  # a core counts as taken when other work used more than half of it during the sample
 
 
@@ -80,14 +81,16 @@ def choose() -> ThreadChoice:
         return ThreadChoice(default, "OMP_NUM_THREADS")
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     try:
-        before = cpu_times(STAT.read_text(), cpus)
-        time.sleep(SAMPLE_S)
-        after = cpu_times(STAT.read_text(), cpus)
+        readings = [cpu_times(STAT.read_text(), cpus)]
+        for _ in range(SAMPLES):
+            time.sleep(SAMPLE_S)
+            readings.append(cpu_times(STAT.read_text(), cpus))
     except OSError:
-        before = after = {}
+        readings = [{}]
+    after = readings[-1]
     if not after:
         return ThreadChoice(default, "torch's default; this system does not say how busy its cores are")
-    busy = busy_cores(before, after)
+    busy = min(busy_cores(a, b) for a, b in zip(readings, readings[1:]))  # a moment's spike is not load
     free = free_threads(len(after), busy, default)
     quota = read_limits().cpus  # fewer than the cores where the cgroup's quota allows less (a container, a pod)
     if math.floor(quota) < free:

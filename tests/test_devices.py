@@ -222,3 +222,21 @@ def test_threads_never_exceed_the_cgroups_cpu_quota(monkeypatch, quota, expected
         assert "quota" not in choice.reason and 1 <= choice.threads <= 2, choice
     else:
         assert choice.threads == expected and "its cgroup's quota" in choice.reason, choice
+
+
+def test_a_moments_spike_is_not_load(monkeypatch):
+    """One core fully busy in the first interval only (a browser redrawing as the cell starts), idle in the second:
+    the quieter interval counts, and the notebook keeps both threads."""
+    from labutils import threads
+    from labutils.limits import Limits
+
+    spike = "cpu0 110 0 10 80 0 0 0 0 0 0\ncpu1 10 0 10 180 0 0 0 0 0 0\n"
+    quiet = "cpu0 111 0 10 179 0 0 0 0 0 0\ncpu1 11 0 10 279 0 0 0 0 0 0\n"
+    readings = iter([STAT_BEFORE, spike, quiet])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "STAT", type("Stat", (), {"read_text": lambda self: next(readings)})())
+    monkeypatch.setattr(threads.time, "sleep", lambda s: None)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(threads, "read_limits", lambda: Limits(cpus=2.0, memory_mb=None, used_mb=0, free_mb=0))
+    assert threads.choose().threads == 2

@@ -2,18 +2,19 @@
 
     python benchmarks/bench_cells.py 08_stretch --list
     python benchmarks/bench_cells.py 08_stretch --cells 26,27,28 --seeds 3 [--load 2] [--repeat 1] [--json F]
+    python benchmarks/bench_cells.py 01_baseline --cells 31,32,35 --seeds 1 --set epochs=1 --load 1
 
-A narrative sentence quotes one run's output: lab 8's "the accelerate loop matched the plain loop", its "leaving
-model.eval() out cost 3 to 3.5 points", lab 5's "bf16 measured about 1.14x float32". ``bench_seeds.py`` re-runs a whole
-training stage; this re-runs the very cells the sentence is about, from the solution notebook as it ships, so what
-is measured is what a student's notebook runs. Each run is a fresh kernel of this interpreter in full mode
-(``LAB_MODE=full``, every figure and artifact written to a temporary folder) that executes the notebook's set-up
-(every code cell up to and including the one that calls ``lesson.start``, and every cell that only defines
-functions: the student's answers) and then the chosen cells, in the notebook's order; a chosen cell that needs
-another's variables (a loader, a model) needs that cell chosen too. ``lesson.start(...)`` is given ``seed=S``: one seed drives the
-split, the data order and the weights. ``--load K`` keeps K busy processes (a spinning Python each) running beside the
-kernel for the whole run, as a shared laptop or a busy server would. The table prints each chosen cell's output per
-run; ``--list`` prints every code cell's index and first line, to choose them by.
+A narrative sentence quotes a cell's output: lab 8's `accelerate` match, what leaving model.eval() out costs, lab 5's
+bf16 speed-up. ``bench_seeds.py`` re-runs a whole training stage; this re-runs the very cells the sentence is about,
+from the solution notebook as it ships, so what is measured is what a student's notebook runs. Each run is a fresh
+kernel of this interpreter in full mode (``LAB_MODE=full``, every figure and artifact written to a temporary folder)
+that executes the notebook's set-up (every code cell up to and including the one that calls ``lesson.start``, and every
+cell that only defines functions: the student's answers) and then the chosen cells, in the notebook's order; a chosen
+cell that needs another's variables (a loader, a model) needs that cell chosen too. ``lesson.start(...)`` is given
+``seed=S``: one seed drives the split, the data order and the weights. ``--load K`` keeps K busy processes (a spinning
+Python each) running beside the kernel for the whole run, as a shared laptop or a busy server would. ``--set epochs=1``
+hands ``lesson.start`` a setting of its own (any of ``LabConfig``'s), for a shorter run of a training cell. The table
+prints each chosen cell's output per run; ``--list`` prints every code cell's index and first line, to choose them by.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def setup_cells(nb) -> list[int]:
     return [i for i, s in cells.items() if i <= started or only_defines(s)]
 
 
-def seeded(source: str, seed: int) -> str:
-    """``lesson.start("id")`` → ``lesson.start("id", seed=seed)``."""
-    return START.sub(lambda m: f"lesson.start({m['args']}, seed={seed})", source)
+def seeded(source: str, seed: int, settings: dict[str, str]) -> str:
+    """``lesson.start("id")`` → ``lesson.start("id", seed=seed, epochs=1)`` (``settings``: ``--set``'s, as written)."""
+    given = "".join(f", {key}={value}" for key, value in settings.items())
+    return START.sub(lambda m: f"lesson.start({m['args']}, seed={seed}{given})", source)
 
 
 def text_of(cell) -> str:
@@ -89,12 +91,13 @@ def busy(processes: int):
             p.wait()
 
 
-def run(notebook: Path, chosen: list[int], seed: int, cell_timeout: float) -> dict[int, str]:
+def run(notebook: Path, chosen: list[int], seed: int, settings: dict[str, str], cell_timeout: float
+        ) -> dict[int, str]:
     """One fresh kernel: the set-up and the chosen cells at ``seed``; each chosen cell's output."""
     nb = nbformat.read(notebook, as_version=4)
     keep = sorted(set(setup_cells(nb)) | set(chosen))
     for i in keep:
-        nb.cells[i].source = seeded(nb.cells[i].source, seed)
+        nb.cells[i].source = seeded(nb.cells[i].source, seed, settings)
     sub = nbformat.v4.new_notebook(cells=[nb.cells[i] for i in keep], metadata=nb.metadata)
     with tempfile.TemporaryDirectory(prefix="bench-cells-") as out:
         client = NotebookClient(sub, timeout=cell_timeout, kernel_name="python3",
@@ -113,6 +116,8 @@ def main(argv=None) -> int:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="runs per seed (timings differ between runs)")
     parser.add_argument("--load", type=int, default=0, help="busy processes beside the kernel")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for lesson.start, as Python (--set epochs=1); repeatable")
     parser.add_argument("--cell-timeout", type=float, default=3600)
     parser.add_argument("--json", default=None, help="write the outputs here too")
     args = parser.parse_args(argv)
@@ -128,12 +133,15 @@ def main(argv=None) -> int:
     chosen = [int(c) for c in args.cells.split(",")]
     if unknown := [c for c in chosen if c not in cells]:
         parser.error(f"not code cells of {notebook.name}: {unknown} (--list shows them)")
+    settings = dict(item.split("=", 1) for item in args.set if "=" in item)
+    if len(settings) != len(args.set):
+        parser.error("--set takes KEY=VALUE, e.g. --set epochs=1")
     rows = []
     with busy(args.load):
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for attempt in range(1, args.repeat + 1):
                 started = time.perf_counter()
-                outputs = run(notebook, chosen, seed, args.cell_timeout)
+                outputs = run(notebook, chosen, seed, settings, args.cell_timeout)
                 rows.append({"seed": seed, "attempt": attempt, "load": args.load, "outputs": outputs,
                              "seconds": time.perf_counter() - started})
                 print(f"=== seed {seed}, run {attempt}, {args.load} busy process(es) beside it "

@@ -1,10 +1,12 @@
 """make lab's notebook runner: executes solution notebooks, keeps the executed copies, writes summary.md."""
 
 import json
+import sys
 
+import nbformat
 import pytest
 
-from labutils.reference.sequence import PARTS, run_sequence
+from labutils.reference.sequence import PARTS, SOLUTIONS, run_sequence
 
 
 @pytest.mark.notebooks
@@ -44,3 +46,23 @@ def test_a_cell_past_its_limit_is_named_with_the_flag_that_gives_it_longer(tmp_p
     err = capsys.readouterr().err
     assert err.startswith("error: 01_baseline: a cell ran past the 7 s cell limit") and "--cell-timeout 0" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.notebooks
+def test_bench_cells_runs_the_chosen_cells_at_the_seed_and_settings_it_is_given():
+    """benchmarks/bench_cells.py, which measures the sentences of the notebooks' text: a fresh kernel runs the
+    notebook's set-up (its cells up to lesson.start, given the seed and settings, and its answers' definitions), then
+    only the chosen cells."""
+    sys.path.insert(0, str(SOLUTIONS.parents[1] / "benchmarks"))
+    import bench_cells
+
+    notebook = SOLUTIONS / "01_baseline.ipynb"
+    setup = bench_cells.setup_cells(nbformat.read(notebook, as_version=4))
+    assert setup == [1, 2, 5, 18], setup  # imports, lesson.start, train_one_epoch, evaluate: no check, no training
+    assert bench_cells.seeded('cfg = lesson.start("01_baseline")', 3, {"subset": "512"}) == \
+        'cfg = lesson.start("01_baseline", seed=3, subset=512)'
+    outputs = bench_cells.run(SOLUTIONS / "00_data_tour.ipynb", [2, 4], seed=3, settings={"subset": "512"},
+                              cell_timeout=300)
+    assert set(outputs) == {2, 4}
+    assert "seed               = 3" in outputs[2] and "subset             = 512" in outputs[2], outputs[2]
+    assert "train (512, 28, 28)" in outputs[4], outputs[4]

@@ -34,10 +34,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from labutils.reference.sequence import ENCRYPTED_KERNELS, SOLUTIONS  # noqa: E402
+from labutils.reference.sequence import ENCRYPTED_KERNELS, SOLUTIONS
 
 START = re.compile(r"lesson\.start\((?P<args>[^)]*)\)")
 

@@ -226,7 +226,7 @@ def _p_norm(grads, p: float) -> float:
 def _traced_norm(v: TrainView, k: int) -> float | None:
     """What clip_grad_norm_ measured (and returned) for step ``k``: its call after the window's last backward."""
     last, step_at = max(m.backward for m in v.windows[k]), v.steps[k - 1]
-    return next((v.events[i].info["norm_before"] for i in range(last, step_at) if v.events[i].kind == "clip"), None)
+    return _clip_norm(v, range(last, step_at))
 
 
 def _clip_before_backward_norm(v: TrainView, k: int) -> float | None:
@@ -234,8 +234,12 @@ def _clip_before_backward_norm(v: TrainView, k: int) -> float | None:
     it measured no gradient of this step (the clip property says so), and a loop that logs what it returned logs
     as the contract says."""
     last, start = max(m.backward for m in v.windows[k]), (v.steps[k - 2] + 1 if k > 1 else 0)
-    return next((v.events[i].info["norm_before"] for i in range(last - 1, start - 1, -1) if v.events[i].kind == "clip"),
-                None)
+    return _clip_norm(v, range(last - 1, start - 1, -1))
+
+
+def _clip_norm(v: TrainView, events: range) -> float | None:
+    """What the first clip_grad_norm_ call among ``events`` (indices, in the order to search) measured and returned."""
+    return next((v.events[i].info["norm_before"] for i in events if v.events[i].kind == "clip"), None)
 
 
 def _norms_of_clips_inside(v: TrainView, norms: list[float]):
